@@ -1,0 +1,227 @@
+// The backward engine: dependency counting over the graph reachable from the roots, then nodes run
+// in an order where every node runs after all nodes that feed it gradients (ties broken by
+// creation order, newest first, like PyTorch). Gradients arriving at the same input are summed.
+// The pass runs with grad mode off: mixtrain does not build graphs of graphs.
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "mixtrain/autograd.h"
+#include "mixtrain/factory.h"
+
+namespace mixtrain {
+
+namespace {
+thread_local bool grad_mode_enabled = true;
+std::atomic<uint64_t> next_sequence_nr{0};
+}  // namespace
+
+bool GradMode::is_enabled() { return grad_mode_enabled; }
+void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
+
+namespace autograd {
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (!t.defined()) return;
+  // Saved detached: a node saving its own output must not own itself through grad_fn (a cycle).
+  tensor_ = t.detach();
+  version_ = t.version();
+}
+
+Tensor SavedTensor::unpack(const char* op_name) const {
+  if (!tensor_.defined()) return tensor_;
+  MT_CHECK(tensor_.version() == version_, "backward of ", op_name, ": a tensor ", describe(tensor_),
+           " saved for the backward pass was modified by an in-place operation after it was saved (version ",
+           version_, " when saved, now ", tensor_.version(), "); clone() it before modifying, or modify a copy");
+  return tensor_;
+}
+
+TensorList FunctionNode::apply(TensorList&& grad_outputs) {
+  MT_CHECK(backward_ != nullptr, "backward of ", name_,
+           ": trying to backward through the graph a second time (its saved tensors were freed by the first "
+           "backward); pass retain_graph=true to the first backward if you need to");
+  return backward_(grad_outputs);
+}
+
+namespace {
+
+// Accumulates an incoming gradient into a leaf's .grad, converted to the leaf's dtype.
+class AccumulateGrad : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  TensorList apply(TensorList&& grads) override {
+    Tensor leaf(leaf_);
+    Tensor g = grads[0];
+    if (!g.defined()) return {};
+    Tensor existing = leaf.grad();
+    if (!existing.defined()) {
+      Tensor owned = g.dtype() == leaf.dtype() ? g.clone() : g.to(leaf.dtype());
+      leaf.set_grad(owned.contiguous());
+    } else {
+      existing.add_(g);
+    }
+    return {};
+  }
+  std::string name() const override { return "AccumulateGrad"; }
+  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+struct NodeState {
+  int dependencies = 0;
+  TensorList buffer;  // one slot per node output
+};
+
+struct ReadyOrder {
+  bool operator()(Node* a, Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!g.defined()) return;
+  if (!slot.defined()) {
+    slot = g;
+  } else {
+    Tensor sum = slot.clone();  // never write into a tensor that a node may still reference
+    sum.add_(g);
+    slot = sum;
+  }
+}
+
+// Runs the engine. With `capture` non-empty, gradients arriving at the captured edges are returned
+// instead of being accumulated into leaves, and AccumulateGrad nodes do not run.
+TensorList execute(const TensorList& roots, const TensorList& grad_roots, bool retain_graph,
+                   const std::vector<Edge>& capture) {
+  NoGradGuard no_grad;
+  std::unordered_map<Node*, NodeState> state;
+  std::vector<Node*> stack;
+  std::vector<Edge> root_edges;
+  for (const Tensor& r : roots) {
+    MT_CHECK(r.requires_grad(), "backward: output ", describe(r), " does not require grad");
+    root_edges.push_back(gradient_edge(r));
+  }
+  // Discover the graph and count how many edges point at each node.
+  for (const Edge& e : root_edges) {
+    if (state.emplace(e.node.get(), NodeState{}).second) stack.push_back(e.node.get());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      auto [it, inserted] = state.emplace(e.node.get(), NodeState{});
+      it->second.dependencies++;
+      if (inserted) stack.push_back(e.node.get());
+    }
+  }
+  for (auto& [node, s] : state) s.buffer.resize(node->num_outputs);
+  for (size_t i = 0; i < roots.size(); ++i) {
+    Tensor g = grad_roots[i].dtype() == roots[i].dtype() ? grad_roots[i] : grad_roots[i].to(roots[i].dtype());
+    accumulate(state[root_edges[i].node.get()].buffer[root_edges[i].input_nr], g);
+  }
+
+  std::unordered_map<Node*, std::vector<size_t>> captured_at;  // node -> capture indices
+  for (size_t i = 0; i < capture.size(); ++i)
+    if (capture[i].valid()) captured_at[capture[i].node.get()].push_back(i);
+  TensorList captured(capture.size());
+
+  std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
+  for (auto& [node, s] : state)
+    if (s.dependencies == 0) ready.push(node);
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    NodeState& s = state[node];
+    if (auto it = captured_at.find(node); it != captured_at.end()) {
+      for (size_t ci : it->second) captured[ci] = s.buffer[capture[ci].input_nr];
+    }
+    const bool is_accumulator = dynamic_cast<AccumulateGrad*>(node) != nullptr;
+    if (is_accumulator && !capture.empty()) continue;
+    TensorList grads = node->apply(std::move(s.buffer));
+    s.buffer.clear();
+    if (!retain_graph) node->release_saved();
+    MT_INTERNAL_ASSERT(is_accumulator || grads.size() == node->next_edges.size(), "node ", node->name(),
+                       " returned ", grads.size(), " gradients for ", node->next_edges.size(), " inputs");
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.valid()) continue;
+      NodeState& next = state[e.node.get()];
+      if (i < grads.size()) accumulate(next.buffer[e.input_nr], grads[i]);
+      if (--next.dependencies == 0) ready.push(e.node.get());
+    }
+  }
+  return captured;
+}
+
+}  // namespace
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool needs_grad(const TensorList& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  AutogradMeta& meta = t.impl().autograd_meta();
+  if (meta.grad_fn) return {meta.grad_fn, meta.output_nr};
+  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    acc->sequence_nr = next_sequence_nr++;
+    meta.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs,
+                             FunctionNode::Backward backward) {
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  node->sequence_nr = next_sequence_nr++;
+  node->num_outputs = static_cast<uint32_t>(outputs.size());
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& in : inputs) node->next_edges.push_back(gradient_edge(in));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    AutogradMeta& meta = outputs[i].impl().autograd_meta();
+    meta.requires_grad = true;
+    meta.grad_fn = node;
+    meta.output_nr = static_cast<uint32_t>(i);
+  }
+  return node;
+}
+
+void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
+  execute(roots, grad_roots, retain_graph, {});
+}
+
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                bool retain_graph) {
+  TensorList gs = grad_outputs;
+  if (gs.empty()) {
+    for (const Tensor& o : outputs) {
+      MT_CHECK(o.numel() == 1, "grad: grad_outputs must be given for non-scalar output ", describe(o));
+      gs.push_back(ones(o.shape(), {.dtype = o.dtype(), .device = o.device()}));
+    }
+  }
+  MT_CHECK(gs.size() == outputs.size(), "grad: got ", gs.size(), " grad_outputs for ", outputs.size(), " outputs");
+  std::vector<Edge> capture;
+  for (const Tensor& in : inputs) {
+    MT_CHECK(in.requires_grad(), "grad: input ", describe(in), " does not require grad");
+    capture.push_back(gradient_edge(in));
+  }
+  return execute(outputs, gs, retain_graph, capture);
+}
+
+}  // namespace autograd
+}  // namespace mixtrain

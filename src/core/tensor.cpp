@@ -1,0 +1,191 @@
+// Tensor basics: storage, metadata queries, conversions, element access and in-place writes.
+// Views live in src/ops/views.cpp; printing in src/core/print.cpp.
+#include "mixtrain/tensor.h"
+
+#include "kernels/copy.h"
+#include "kernels/cpu/loops.h"
+#include "mixtrain/autograd.h"
+#include "mixtrain/factory.h"
+#include "mixtrain/memory.h"
+
+namespace mixtrain {
+
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  data_ = memory::allocate(nbytes, device);
+}
+
+Storage::~Storage() { memory::deallocate(data_, nbytes_, device_); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) MT_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * mixtrain::element_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  const Shape& s = shape();
+  const Shape& st = strides();
+  for (int d = s.size() - 1; d >= 0; --d) {
+    if (s[d] == 1) continue;
+    if (st[d] != expected) return false;
+    expected *= s[d];
+  }
+  return true;
+}
+
+Tensor Tensor::to(DType target) const {
+  if (target == dtype()) return *this;
+  Tensor out = Tensor::empty(shape(), target, device());
+  kernels::copy(out, *this);
+  // Only float<->float casts carry gradients; integer results are constants.
+  if (is_floating(target) && autograd::needs_grad({this})) {
+    DType source = dtype();
+    autograd::record("to", {*this}, out, [source](const autograd::TensorList& g) {
+      return autograd::TensorList{g[0].to(source)};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = Tensor::empty(shape(), dtype(), device());
+  kernels::copy(out, *this);
+  if (autograd::needs_grad({this})) {
+    autograd::record("clone", {*this}, out, [](const autograd::TensorList& g) { return g; });
+  }
+  return out;
+}
+
+template <typename T>
+T Tensor::item() const {
+  MT_CHECK(numel() == 1, "item: tensor must have exactly one element, got ", describe(*this));
+  return kernels::dispatch_all(dtype(), [&]<typename S>() -> T {
+    return kernels::convert<T>(*static_cast<const S*>(raw_data()));
+  });
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor src = device().is_cpu() ? *this : *this;  // non-CPU devices will copy to host here
+  Tensor flat = Tensor::empty(shape(), dtype_v<T>, device());
+  kernels::copy(flat, src);
+  const T* p = flat.data_ptr<T>();
+  return std::vector<T>(p, p + flat.numel());
+}
+
+template <>
+std::vector<bool> Tensor::to_vector<bool>() const {
+  std::vector<uint8_t> bytes = to(kUInt8).to_vector<uint8_t>();
+  return std::vector<bool>(bytes.begin(), bytes.end());
+}
+
+#define MT_INSTANTIATE_ACCESS(T) \
+  template T Tensor::item<T>() const; \
+  template std::vector<T> Tensor::to_vector<T>() const;
+MT_INSTANTIATE_ACCESS(float)
+MT_INSTANTIATE_ACCESS(double)
+MT_INSTANTIATE_ACCESS(float16)
+MT_INSTANTIATE_ACCESS(bfloat16)
+MT_INSTANTIATE_ACCESS(int32_t)
+MT_INSTANTIATE_ACCESS(int64_t)
+MT_INSTANTIATE_ACCESS(uint8_t)
+template bool Tensor::item<bool>() const;
+#undef MT_INSTANTIATE_ACCESS
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  MT_CHECK(!requires_grad || is_floating_point(), "requires_grad_: only floating-point tensors can require grad, got ",
+           describe(*this));
+  MT_CHECK(is_leaf() || requires_grad, "requires_grad_: cannot turn off requires_grad on a non-leaf tensor; use detach()");
+  impl().autograd_meta().requires_grad = requires_grad;
+  return *this;
+}
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> kNone;
+  return impl().autograd ? impl().autograd->grad_fn : kNone;
+}
+
+Tensor Tensor::grad() const {
+  if (!impl().autograd || !impl().autograd->grad) return Tensor();
+  return Tensor(impl().autograd->grad);
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  if (!g.defined()) {
+    if (impl().autograd) impl().autograd->grad.reset();
+    return;
+  }
+  MT_CHECK(g.shape() == shape(), "set_grad: gradient ", describe(g), " does not match tensor ", describe(*this));
+  impl().autograd_meta().grad = g.impl_ptr();
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  MT_CHECK(requires_grad(), "backward: tensor ", describe(*this),
+           " does not require grad and has no grad_fn (did the forward run under NoGradGuard, or do no inputs "
+           "require grad?)");
+  Tensor g = gradient;
+  if (!g.defined()) {
+    MT_CHECK(numel() == 1, "backward: a gradient must be given for a non-scalar output ", describe(*this));
+    g = ones(shape(), {.dtype = dtype(), .device = device()});
+  }
+  MT_CHECK(g.shape() == shape(), "backward: gradient ", describe(g), " does not match output ", describe(*this));
+  autograd::run_backward({*this}, {g}, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  auto impl2 = std::make_shared<TensorImpl>();
+  impl2->storage = impl().storage;
+  impl2->offset = impl().offset;
+  impl2->shape = impl().shape;
+  impl2->strides = impl().strides;
+  impl2->dtype = impl().dtype;
+  return Tensor(std::move(impl2));
+}
+
+namespace {
+
+// PyTorch's rule: an in-place write to a leaf that requires grad would silently corrupt the graph,
+// so it is refused while grad mode is on. Writes to non-leaf tensors that are part of a graph are
+// refused too (mixtrain does not rebase history); the saved-version check catches the rest.
+void check_inplace(const Tensor& t, const char* op) {
+  if (!GradMode::is_enabled() || !t.requires_grad()) return;
+  MT_CHECK(!t.is_leaf(), op, ": a leaf tensor that requires grad is used in an in-place operation; wrap the update in "
+           "mt::NoGradGuard");
+  MT_FAIL(op, ": in-place operations on tensors that are part of an autograd graph are not supported; use the "
+          "out-of-place op");
+}
+
+}  // namespace
+
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  kernels::fill(*this, value);
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  Tensor s = src.shape() == shape() ? src : src.expand(shape());
+  if (s.shares_storage(*this) && !s.is_same(*this)) s = s.detach().clone();  // overlapping views
+  kernels::copy(*this, s.detach());
+  bump_version();
+  return *this;
+}
+
+}  // namespace mixtrain

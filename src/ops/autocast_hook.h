@@ -1,0 +1,45 @@
+// The one call every op front-end makes before choosing a kernel:
+//
+//   auto region = ops::autocast(OpId::k_linear, {&x, &w, &b});
+//
+// Inside an enabled autocast region it casts the eligible inputs (floating, not fp64, defined) in
+// place of the caller's local handles as the op's policy says (lower precision / fp32 / promote /
+// run in input dtypes), records the decision for explain mode, and suspends autocast until the
+// returned guard dies, so ops that an op calls internally are not cast again (PyTorch excludes its
+// autocast key the same way). Outside a region it costs one thread-local load.
+#pragma once
+
+#include <initializer_list>
+
+#include "mixtrain/op_id.h"
+#include "mixtrain/tensor.h"
+
+namespace mixtrain::ops {
+
+class AutocastRegionGuard {
+ public:
+  AutocastRegionGuard() = default;
+  explicit AutocastRegionGuard(bool suspended);
+  ~AutocastRegionGuard();
+  AutocastRegionGuard(AutocastRegionGuard&& o) noexcept : suspended_(o.suspended_) { o.suspended_ = false; }
+  AutocastRegionGuard(const AutocastRegionGuard&) = delete;
+  AutocastRegionGuard& operator=(const AutocastRegionGuard&) = delete;
+  AutocastRegionGuard& operator=(AutocastRegionGuard&&) = delete;
+
+ private:
+  bool suspended_ = false;
+};
+
+// True while an enabled autocast region is active on this thread (and not suspended).
+bool autocast_active();
+
+// Applies `op`'s policy to `inputs` (pointers to the front-end's local copies; nulls and undefined
+// tensors are skipped).
+AutocastRegionGuard autocast_slow(OpId op, std::initializer_list<Tensor*> inputs);
+
+inline AutocastRegionGuard autocast(OpId op, std::initializer_list<Tensor*> inputs) {
+  if (!autocast_active()) return AutocastRegionGuard();
+  return autocast_slow(op, inputs);
+}
+
+}  // namespace mixtrain::ops

@@ -1,0 +1,98 @@
+#include "support/gradcheck.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "mixtrain/autograd.h"
+#include "mixtrain/factory.h"
+
+namespace mixtrain::testing {
+
+namespace {
+
+double project(const Tensor& y, const std::vector<double>& r) {
+  std::vector<double> v = y.to_vector<double>();
+  double s = 0;
+  for (size_t i = 0; i < v.size(); ++i) s += v[i] * r[i];
+  return s;
+}
+
+}  // namespace
+
+Tensor rand_input(const Shape& shape, double lo, double hi, uint64_t seed) {
+  Generator g(seed);
+  Tensor t = rand(shape, {.dtype = kFloat64}, &g);
+  double* p = t.data_ptr<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * p[i];
+  t.requires_grad_();
+  return t;
+}
+
+std::string gradcheck(const TensorFn& f, std::vector<Tensor> inputs, const GradcheckOptions& opts) {
+  auto skipped = [&](int i) {
+    for (int s : opts.skip)
+      if (s == i) return true;
+    return !inputs[i].defined() || !inputs[i].requires_grad();
+  };
+  Tensor y = f(inputs);
+  if (!y.requires_grad()) return "output does not require grad";
+  Generator g(1234);
+  Tensor r = randn(y.shape(), {.dtype = y.dtype()}, &g);
+  std::vector<double> rv = r.to_vector<double>();
+
+  std::vector<Tensor> diff_inputs;
+  std::vector<int> diff_index;
+  for (int i = 0; i < static_cast<int>(inputs.size()); ++i) {
+    if (skipped(i)) continue;
+    diff_inputs.push_back(inputs[i]);
+    diff_index.push_back(i);
+  }
+  autograd::TensorList analytic = autograd::grad({y}, diff_inputs, {r});
+
+  std::ostringstream report;
+  double worst = 0;
+  for (size_t k = 0; k < diff_inputs.size(); ++k) {
+    Tensor x = diff_inputs[k];
+    if (x.dtype() != kFloat64) return "gradcheck inputs must be float64";
+    if (!x.is_contiguous()) return "gradcheck inputs must be contiguous";
+    std::vector<double> a = analytic[k].defined() ? analytic[k].to_vector<double>() : std::vector<double>(x.numel(), 0.0);
+    double* p = x.data_ptr<double>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double orig = p[i];
+      double plus, minus;
+      {
+        NoGradGuard no_grad;
+        p[i] = orig + opts.eps;
+        plus = project(f(inputs), rv);
+        p[i] = orig - opts.eps;
+        minus = project(f(inputs), rv);
+        p[i] = orig;
+      }
+      double numeric = (plus - minus) / (2 * opts.eps);
+      double err = std::abs(a[i] - numeric) / (opts.tol.atol + opts.tol.rtol * std::abs(numeric));
+      if (err > worst) {
+        worst = err;
+        report.str("");
+        report << "input " << diff_index[k] << " element " << i << ": analytic " << a[i] << ", numeric " << numeric;
+      }
+    }
+  }
+  return worst <= 1.0 ? std::string() : report.str();
+}
+
+double max_scaled_error(const Tensor& actual, const Tensor& expected, const Tolerance& tol) {
+  if (!(actual.shape() == expected.shape())) return INFINITY;
+  std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(e[i])) {
+      if (std::isnan(a[i]) != std::isnan(e[i])) return INFINITY;
+      continue;
+    }
+    if (a[i] == e[i]) continue;  // also covers equal infinities
+    worst = std::max(worst, std::abs(a[i] - e[i]) / (tol.atol + tol.rtol * std::abs(e[i])));
+  }
+  return worst;
+}
+
+}  // namespace mixtrain::testing
