@@ -1,6 +1,10 @@
 // Internal: the per-thread autocast state shared by the op hook and the public Autocast guard.
 #pragma once
 
+#include <utility>
+#include <vector>
+
+#include "mixtrain/amp/policy.h"
 #include "mixtrain/device.h"
 #include "mixtrain/dtype.h"
 
@@ -11,10 +15,16 @@ struct AutocastState {
   DeviceType device_type = DeviceType::kCPU;
   DType dtype = kBFloat16;
   bool cache_enabled = true;
-  int nesting = 0;    // depth of enabled-or-not Autocast guards; the cache clears when it returns to 0
+  int nesting = 0;    // depth of Autocast guards (enabled or not); the cache clears when it returns to 0
   int suspended = 0;  // > 0 while an autocast op runs its internals
+  // Region overrides in force (the innermost region's list appended to its parents').
+  std::vector<std::pair<PolicyId, CastPolicy>> overrides;
+  std::vector<ExplainRecord>* explain = nullptr;  // non-null while an ExplainGuard lives
 };
 
 AutocastState& state();
+
+// The rule for `op` and where it came from ("default", "global override", "region override").
+std::pair<Rule, const char*> resolve_rule(PolicyId op);
 
 }  // namespace mixtrain::amp::detail

@@ -1,0 +1,225 @@
+// The Autocast guard, the cast cache and the op hook that applies the policy table.
+// See Note [Autocast] in docs/amp.md for the rules this implements.
+#include "mixtrain/amp/autocast.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "amp/autocast_state.h"
+#include "mixtrain/autograd.h"
+#include "ops/autocast_hook.h"
+
+namespace mixtrain::amp {
+
+namespace detail {
+AutocastState& state() {
+  thread_local AutocastState s;
+  return s;
+}
+}  // namespace detail
+
+namespace {
+
+using detail::AutocastState;
+using detail::state;
+
+// Process-global cache of weight casts, keyed by the source TensorImpl. An entry remembers the
+// source's storage version so that an in-place update of the weight inside a long region (an
+// optimizer step, say) is not served stale.
+struct CastCache {
+  struct Entry {
+    std::weak_ptr<TensorImpl> source;
+    uint64_t version;
+    Tensor cast;
+  };
+  std::mutex mu;
+  std::unordered_map<const TensorImpl*, Entry> entries;
+  CastCacheStats stats;
+};
+
+CastCache& cache() {
+  static auto* c = new CastCache();
+  return *c;
+}
+
+bool eligible(const Tensor& t, DeviceType device_type) {
+  return t.defined() && is_floating(t.dtype()) && t.dtype() != kFloat64 && t.device().type == device_type;
+}
+
+// PyTorch caches only fp32 -> lower-precision casts of leaves that require grad (the weights).
+// mixtrain also requires grad mode on, so a cast made under NoGradGuard (which has no graph) is never
+// reused by a training forward.
+bool cacheable(const Tensor& t, DType target, const AutocastState& s) {
+  return s.cache_enabled && GradMode::is_enabled() && target == s.dtype && t.dtype() == kFloat32 &&
+         t.requires_grad() && t.is_leaf();
+}
+
+Tensor cached_cast(const Tensor& t, DType target, const AutocastState& s) {
+  if (t.dtype() == target) return t;
+  if (!cacheable(t, target, s)) return t.to(target);
+  CastCache& c = cache();
+  std::lock_guard lock(c.mu);
+  auto it = c.entries.find(t.impl_ptr().get());
+  if (it != c.entries.end() && !it->second.source.expired() && it->second.version == t.version()) {
+    ++c.stats.hits;
+    return it->second.cast;
+  }
+  ++c.stats.misses;
+  Tensor out = t.to(target);
+  c.entries[t.impl_ptr().get()] = {t.impl_ptr(), t.version(), out};
+  return out;
+}
+
+DType promote_target(PolicyId op, std::initializer_list<Tensor*> inputs, const AutocastState& s) {
+  DType target = s.dtype;
+  for (Tensor* t : inputs) {
+    if (t == nullptr || !eligible(*t, s.device_type)) continue;
+    if (t->dtype() == kFloat32) {
+      target = kFloat32;
+    } else {
+      MT_CHECK(t->dtype() == s.dtype || target == kFloat32, "autocast: ", Policy::name(op),
+               " (promote policy) got a ", t->dtype(), " input inside a ", s.dtype,
+               " region; mixing float16 and bfloat16 is not supported, cast the input to one of them");
+    }
+  }
+  return target;
+}
+
+DType apply_rule(PolicyId op, std::initializer_list<Tensor*> inputs) {
+  AutocastState& s = state();
+  auto [rule, source] = detail::resolve_rule(op);
+  MT_CHECK(!(rule.refuse_fp16 && s.dtype == kFloat16), "autocast: ", Policy::name(op), " is refused in a float16 region. ",
+           rule.refuse_hint);
+  DType target = kFloat32;
+  switch (rule.policy) {
+    case CastPolicy::kLowerPrecision: target = s.dtype; break;
+    case CastPolicy::kFp32: target = kFloat32; break;
+    case CastPolicy::kPromote: target = promote_target(op, inputs, s); break;
+    case CastPolicy::kInputDtype:  // nothing is cast; report the first eligible input's dtype
+      for (Tensor* t : inputs) {
+        if (t != nullptr && eligible(*t, s.device_type)) {
+          target = t->dtype();
+          break;
+        }
+      }
+      break;
+  }
+  ExplainRecord* record = nullptr;
+  if (s.explain != nullptr) {
+    s.explain->push_back({Policy::name(op), {}, target, rule.policy, source});
+    record = &s.explain->back();
+  }
+  for (Tensor* t : inputs) {
+    if (t == nullptr || !eligible(*t, s.device_type)) continue;
+    if (record) record->input_dtypes.push_back(t->dtype());
+    if (rule.policy != CastPolicy::kInputDtype) *t = cached_cast(*t, target, s);
+  }
+  return target;
+}
+
+}  // namespace
+
+struct Autocast::Saved {
+  AutocastState previous;
+};
+
+DType default_autocast_dtype(DeviceType device_type) { return device_type == kCPU ? kBFloat16 : kFloat16; }
+
+Autocast::Autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled) : saved_(nullptr) {
+  enter({.device_type = device_type, .dtype = dtype, .enabled = enabled});
+}
+
+Autocast::Autocast(const AutocastOptions& options) : saved_(nullptr) { enter(options); }
+
+void Autocast::enter(const AutocastOptions& o) {
+  DType dtype = o.dtype.value_or(default_autocast_dtype(o.device_type));
+  if (o.enabled) {
+    MT_CHECK(o.device_type == kCPU, "amp::Autocast: device type ", o.device_type,
+             " is not available in this build (CPU only)");
+    MT_CHECK(dtype == kBFloat16 || dtype == kFloat16, "amp::Autocast: the autocast dtype must be bfloat16 or float16, got ",
+             dtype, " (to run a region in fp32, construct it with enabled=false)");
+  }
+  AutocastState& s = state();
+  saved_ = new Saved{s};
+  saved_->previous.explain = nullptr;  // explain mode is owned by its guard, not restored
+  s.enabled = o.enabled;
+  s.device_type = o.device_type;
+  s.dtype = dtype;
+  if (o.cache_enabled) s.cache_enabled = *o.cache_enabled;
+  s.overrides.insert(s.overrides.end(), o.overrides.begin(), o.overrides.end());
+  ++s.nesting;
+}
+
+Autocast::~Autocast() {
+  AutocastState& s = state();
+  const int nesting = s.nesting - 1;
+  auto* explain = s.explain;
+  s = std::move(saved_->previous);
+  s.nesting = nesting;
+  s.explain = explain;
+  delete saved_;
+  if (nesting == 0) clear_autocast_cache();
+}
+
+bool is_autocast_enabled() { return state().enabled; }
+DType get_autocast_dtype(DeviceType device_type) {
+  const AutocastState& s = state();
+  return s.enabled && s.device_type == device_type ? s.dtype : default_autocast_dtype(device_type);
+}
+bool is_autocast_cache_enabled() { return state().cache_enabled; }
+
+CastCacheStats cast_cache_stats() {
+  CastCache& c = cache();
+  std::lock_guard lock(c.mu);
+  CastCacheStats s = c.stats;
+  s.entries = static_cast<int64_t>(c.entries.size());
+  return s;
+}
+
+void reset_cast_cache_stats() {
+  CastCache& c = cache();
+  std::lock_guard lock(c.mu);
+  c.stats = {};
+}
+
+void clear_autocast_cache() {
+  CastCache& c = cache();
+  std::unordered_map<const TensorImpl*, CastCache::Entry> dropped;
+  {
+    std::lock_guard lock(c.mu);
+    dropped.swap(c.entries);
+  }  // the casts are freed here, outside the lock
+}
+
+DType autocast_inputs(PolicyId op, std::initializer_list<Tensor*> inputs) {
+  if (!ops::autocast_active()) {
+    for (Tensor* t : inputs)
+      if (t && t->defined()) return t->dtype();
+    return kFloat32;
+  }
+  return apply_rule(op, inputs);
+}
+
+}  // namespace mixtrain::amp
+
+namespace mixtrain::ops {
+
+bool autocast_active() {
+  const auto& s = amp::detail::state();
+  return s.enabled && s.suspended == 0;
+}
+
+AutocastRegionGuard::AutocastRegionGuard(bool suspended) : suspended_(suspended) {
+  if (suspended_) ++amp::detail::state().suspended;
+}
+
+AutocastRegionGuard::~AutocastRegionGuard() {
+  if (suspended_) --amp::detail::state().suspended;
+}
+
+AutocastRegionGuard autocast_slow(OpId op, std::initializer_list<Tensor*> inputs) {
+  amp::apply_rule(amp::policy_id(op), inputs);
+  return AutocastRegionGuard(true);
+}
+
+}  // namespace mixtrain::ops
