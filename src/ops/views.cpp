@@ -49,7 +49,7 @@ bool view_strides(const Tensor& t, const Shape& shape, Shape& out) {
   const Shape& old_shape = t.shape();
   const Shape& old_strides = t.strides();
   out = Shape::filled(shape.size(), 0);
-  if (old_shape.numel() == 0) {
+  if (old_shape.numel() == 0 || old_shape.empty()) {  // empty or 0-dim: any shape of that numel is a view
     out = contiguous_strides(shape);
     return true;
   }
