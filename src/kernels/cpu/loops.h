@@ -190,7 +190,7 @@ void cpu_kernel(const Tensor& out, F&& f, TensorFor<Ins>... ins) {
       [&]<size_t... I>(std::index_sequence<I...>) {
         Out* o = out_ptr + off[0];
         const int64_t so = st[0];
-        auto ptrs = std::make_tuple((std::get<I>(in_ptrs) + off[I + 1])...);
+        [[maybe_unused]] auto ptrs = std::make_tuple((std::get<I>(in_ptrs) + off[I + 1])...);
         for (int64_t i = 0; i < count; ++i)
           o[i * so] = convert<Out>(f(convert<Compute>(std::get<I>(ptrs)[i * st[I + 1]])...));
       }(std::index_sequence_for<Ins...>{});
