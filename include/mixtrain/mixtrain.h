@@ -17,6 +17,8 @@
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/memory.h"
 #include "mixtrain/nn/functional.h"
+#include "mixtrain/nn/models.h"
+#include "mixtrain/nn/modules.h"
 #include "mixtrain/op_id.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/clip_grad.h"

@@ -1,0 +1,44 @@
+// mixtrain/nn/linear.h: Linear and Identity.
+#pragma once
+
+#include <cstdint>
+
+#include "mixtrain/nn/module.h"
+#include "mixtrain/random.h"
+
+namespace mixtrain::nn {
+
+struct LinearOptions {
+  bool bias = true;
+  Generator* generator = nullptr;  // for the initial values; nullptr: the process-wide generator
+};
+
+// y = x W^T + b.  x [..., in_features] -> y [..., out_features] through mt::linear (oneDNN; 16-bit
+// under autocast with fp32 accumulation).
+// Parameters (PyTorch's names and layouts): "weight" [out_features, in_features], "bias"
+// [out_features]. Initialisation as PyTorch: weight kaiming_uniform(a = sqrt(5)), i.e.
+// U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in), 1/sqrt(in)). Both fp32.
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, LinearOptions opts = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // undefined when built with bias = false
+  int64_t in_features() const { return in_features_; }
+  int64_t out_features() const { return out_features_; }
+
+ private:
+  int64_t in_features_, out_features_;
+  Tensor weight_, bias_;
+};
+
+// Returns its input unchanged (a placeholder in containers).
+class Identity : public Module {
+ public:
+  Identity() : Module("Identity") {}
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+}  // namespace mixtrain::nn

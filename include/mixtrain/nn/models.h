@@ -1,0 +1,56 @@
+// mixtrain/nn/models.h: the named models of the CLI and benchmarks, with architectures fixed so
+// that results compare with the same models in PyTorch (bench/ scripts build them identically).
+//
+//   mlp       Flatten, Linear(784,512), ReLU, Linear(512,256), ReLU, Linear(256,10)
+//   mlp-wide  Flatten, Linear(784,1024), ReLU, Linear(1024,1024), ReLU, Linear(1024,10)
+//   cnn       Conv2d(1,32,3,pad 1), ReLU, MaxPool2d(2), Conv2d(32,64,3,pad 1), ReLU, MaxPool2d(2),
+//             Flatten, Linear(3136,128), ReLU, Linear(128,10)
+//   gpt       GPT(vocab 256, context 128, C 256, 4 layers, 4 heads, MLP 4C, GELU), see nn/gpt.h
+//
+// mlp, mlp-wide and cnn are Sequentials (keys "0.weight", ...); gpt is nn::GPT.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixtrain/dtype.h"
+#include "mixtrain/nn/module.h"
+#include "mixtrain/shape.h"
+
+namespace mixtrain::nn {
+
+enum class ModelTask {
+  kClassification,  // input [B, *sample_shape] float32, target int64 [B] in [0, num_outputs)
+  kLanguageModel,   // input int64 [B, T], target int64 [B, T] (next tokens), logits [B, T, V]
+};
+
+struct ModelInfo {
+  std::string name;
+  std::string description;
+  ModelTask task;
+  Shape sample_shape;      // one sample, without the batch dim: {1, 28, 28} for images, {128} for gpt
+  DType input_dtype;       // float32 (images) or int64 (tokens)
+  int64_t num_outputs;     // classes, or vocabulary size
+  int64_t num_parameters;  // as Module::num_parameters() of the built model
+  // Training FLOPs per sample (forward + backward) of the GEMMs and convolutions:
+  // 6 * MACs (forward 2 * MACs, backward 4 * MACs: input and weight gradients), the convention of
+  // MFU reports. Not counted: elementwise ops, norms, softmax, pooling, and the input gradient the
+  // first layer does not need. For gpt a sample is one sequence of `context` tokens, and the
+  // attention products (q k^T and att v) are counted in full, 2 * T * C MACs per token and layer,
+  // because the kernel computes the whole T x T score matrix before masking.
+  int64_t flops_per_sample;
+};
+
+// "mlp", "mlp-wide", "cnn", "gpt".
+const std::vector<std::string>& model_names();
+// Throws mt::Error listing the valid names for an unknown name.
+const ModelInfo& model_info(const std::string& name);
+inline int64_t model_flops_per_sample(const std::string& name) { return model_info(name).flops_per_sample; }
+
+// Builds the model with its PyTorch-default initialisation drawn from Generator(seed): the same
+// name and seed give bit-identical parameters on every machine and thread count.
+std::shared_ptr<Module> make_model(const std::string& name, uint64_t seed = 0);
+
+}  // namespace mixtrain::nn

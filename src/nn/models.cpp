@@ -1,0 +1,127 @@
+// The named models (nn/models.h): exact architectures, parameter counts and FLOP formulas.
+//
+// Layers are appended one statement at a time so that the initial values are drawn in layer order
+// (the arguments of a single call are evaluated in an unspecified order).
+#include "mixtrain/nn/models.h"
+
+#include "mixtrain/nn/modules.h"
+
+namespace mixtrain::nn {
+
+namespace {
+
+using mixtrain::detail::concat;
+
+constexpr int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
+constexpr int64_t conv_params(int64_t in, int64_t out, int64_t k) { return out * in * k * k + out; }
+constexpr int64_t layer_norm_params(int64_t c) { return 2 * c; }
+// Training FLOPs for `macs` forward multiply-accumulates: forward 2, backward 4 (see ModelInfo).
+constexpr int64_t train_flops(int64_t macs) { return 6 * macs; }
+
+std::shared_ptr<Module> make_mlp(int64_t h1, int64_t h2, Generator* g) {
+  auto m = std::make_shared<Sequential>();
+  m->push_back(Flatten());
+  m->push_back(Linear(784, h1, {.generator = g}));
+  m->push_back(ReLU());
+  m->push_back(Linear(h1, h2, {.generator = g}));
+  m->push_back(ReLU());
+  m->push_back(Linear(h2, 10, {.generator = g}));
+  return m;
+}
+
+ModelInfo mlp_info(const std::string& name, int64_t h1, int64_t h2) {
+  return {.name = name,
+          .description =
+              concat("Flatten, Linear(784,", h1, "), ReLU, Linear(", h1, ",", h2, "), ReLU, Linear(", h2, ",10)"),
+          .task = ModelTask::kClassification,
+          .sample_shape = {1, 28, 28},
+          .input_dtype = kFloat32,
+          .num_outputs = 10,
+          .num_parameters = linear_params(784, h1) + linear_params(h1, h2) + linear_params(h2, 10),
+          .flops_per_sample = train_flops(784 * h1 + h1 * h2 + h2 * 10)};
+}
+
+std::shared_ptr<Module> make_cnn(Generator* g) {
+  auto m = std::make_shared<Sequential>();
+  m->push_back(Conv2d(1, 32, 3, {.padding = 1, .generator = g}));  // [N, 32, 28, 28]
+  m->push_back(ReLU());
+  m->push_back(MaxPool2d(2));                                       // [N, 32, 14, 14]
+  m->push_back(Conv2d(32, 64, 3, {.padding = 1, .generator = g}));  // [N, 64, 14, 14]
+  m->push_back(ReLU());
+  m->push_back(MaxPool2d(2));  // [N, 64, 7, 7]
+  m->push_back(Flatten());     // [N, 3136]
+  m->push_back(Linear(3136, 128, {.generator = g}));
+  m->push_back(ReLU());
+  m->push_back(Linear(128, 10, {.generator = g}));
+  return m;
+}
+
+ModelInfo cnn_info() {
+  // Conv MACs: output positions * out channels * (in channels * kh * kw).
+  const int64_t macs = 28 * 28 * 32 * (1 * 9) + 14 * 14 * 64 * (32 * 9) + 3136 * 128 + 128 * 10;
+  return {.name = "cnn",
+          .description =
+              "Conv2d(1,32,3,pad 1), ReLU, MaxPool2d(2), Conv2d(32,64,3,pad 1), ReLU, MaxPool2d(2), Flatten, "
+              "Linear(3136,128), ReLU, Linear(128,10)",
+          .task = ModelTask::kClassification,
+          .sample_shape = {1, 28, 28},
+          .input_dtype = kFloat32,
+          .num_outputs = 10,
+          .num_parameters =
+              conv_params(1, 32, 3) + conv_params(32, 64, 3) + linear_params(3136, 128) + linear_params(128, 10),
+          .flops_per_sample = train_flops(macs)};
+}
+
+ModelInfo gpt_info() {
+  const GPTConfig c;
+  const int64_t C = c.embed_dim, V = c.vocab_size, T = c.context, L = c.num_layers, R = c.mlp_ratio;
+  const int64_t block_params = layer_norm_params(C) + linear_params(C, 3 * C) + linear_params(C, C) +
+                               layer_norm_params(C) + linear_params(C, R * C) + linear_params(R * C, C);
+  // Per token and layer: qkv C*3C, attention scores T*C and att@v T*C, proj C*C, MLP 2*C*RC.
+  const int64_t macs_per_token = L * (C * 3 * C + 2 * T * C + C * C + 2 * C * R * C) + C * V;
+  return {.name = "gpt",
+          .description = concat("GPT: byte vocabulary ", V, ", context ", T, ", C ", C, ", ", L, " pre-norm blocks, ",
+                                c.num_heads, " heads, MLP ", R, "C GELU, final LayerNorm, Linear head"),
+          .task = ModelTask::kLanguageModel,
+          .sample_shape = {T},
+          .input_dtype = kInt64,
+          .num_outputs = V,
+          .num_parameters = V * C + T * C + L * block_params + layer_norm_params(C) + linear_params(C, V),
+          .flops_per_sample = train_flops(T * macs_per_token)};
+}
+
+const std::vector<ModelInfo>& all_models() {
+  static const std::vector<ModelInfo> models = {mlp_info("mlp", 512, 256), mlp_info("mlp-wide", 1024, 1024), cnn_info(),
+                                                gpt_info()};
+  return models;
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& m : all_models()) n.push_back(m.name);
+    return n;
+  }();
+  return names;
+}
+
+const ModelInfo& model_info(const std::string& name) {
+  for (const auto& m : all_models())
+    if (m.name == name) return m;
+  std::string valid;
+  for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
+  MT_FAIL("unknown model \"", name, "\"; valid models: ", valid);
+}
+
+std::shared_ptr<Module> make_model(const std::string& name, uint64_t seed) {
+  const ModelInfo& info = model_info(name);  // validates the name
+  Generator g(seed);
+  if (info.name == "mlp") return make_mlp(512, 256, &g);
+  if (info.name == "mlp-wide") return make_mlp(1024, 1024, &g);
+  if (info.name == "cnn") return make_cnn(&g);
+  return std::make_shared<GPT>(GPTConfig{}, &g);
+}
+
+}  // namespace mixtrain::nn

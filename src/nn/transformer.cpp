@@ -1,0 +1,100 @@
+// MultiheadAttention, TransformerBlock and GPT.
+//
+// Submodules that draw initial values are constructed one statement at a time: arguments of one
+// call (e.g. Sequential(Linear(...), GELU(), Linear(...))) are evaluated in an unspecified order,
+// which would make the parameters depend on the compiler.
+#include "mixtrain/factory.h"
+#include "mixtrain/nn/activation.h"
+#include "mixtrain/nn/functional.h"
+#include "mixtrain/nn/gpt.h"
+
+namespace mixtrain::nn {
+
+using mixtrain::detail::concat;
+
+// ---------------------------------------------------------------------------------------------
+// MultiheadAttention
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions opts)
+    : Module("MultiheadAttention"), embed_dim_(embed_dim), num_heads_(num_heads), causal_(opts.causal) {
+  MT_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (", embed_dim,
+           ") must be a positive multiple of num_heads (", num_heads, ")");
+  qkv_ = register_module("qkv", Linear(embed_dim, 3 * embed_dim, {.bias = opts.bias, .generator = opts.generator}));
+  proj_ = register_module("proj", Linear(embed_dim, embed_dim, {.bias = opts.bias, .generator = opts.generator}));
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x) {
+  MT_CHECK(x.dim() == 3 && x.size(2) == embed_dim_, "MultiheadAttention(", embed_dim_, ", ", num_heads_,
+           "): expected an input [B, T, ", embed_dim_, "], got ", describe(x));
+  const int64_t B = x.size(0), T = x.size(1), H = num_heads_, D = embed_dim_ / num_heads_;
+  // qkv(x) is [B, T, 3C] = [B, T, 3, H, D]; move the (q|k|v) index first and heads before time.
+  Tensor qkv = qkv_->forward(x).view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
+  Tensor o = functional::scaled_dot_product_attention(qkv.select(0, 0), qkv.select(0, 1), qkv.select(0, 2), causal_);
+  o = o.transpose(1, 2).reshape({B, T, embed_dim_});  // [B, T, H, D] -> [B, T, C]
+  return proj_->forward(o);
+}
+
+std::string MultiheadAttention::extra_repr() const {
+  return concat("embed_dim=", embed_dim_, ", num_heads=", num_heads_, ", causal=", causal_ ? "true" : "false");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TransformerBlock
+
+TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t num_heads, TransformerBlockOptions opts)
+    : Module("TransformerBlock") {
+  MT_CHECK(opts.mlp_ratio > 0, "TransformerBlock: mlp_ratio must be positive, got ", opts.mlp_ratio);
+  const int64_t hidden = opts.mlp_ratio * embed_dim;
+  ln1_ = register_module("ln1", LayerNorm(embed_dim, {.eps = opts.ln_eps}));
+  attn_ = register_module("attn",
+                          MultiheadAttention(embed_dim, num_heads,
+                                             {.causal = opts.causal, .bias = opts.bias, .generator = opts.generator}));
+  ln2_ = register_module("ln2", LayerNorm(embed_dim, {.eps = opts.ln_eps}));
+  auto mlp = std::make_shared<Sequential>();
+  mlp->push_back(Linear(embed_dim, hidden, {.bias = opts.bias, .generator = opts.generator}));
+  mlp->push_back(GELU());
+  mlp->push_back(Linear(hidden, embed_dim, {.bias = opts.bias, .generator = opts.generator}));
+  mlp_ = register_module("mlp", mlp);
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  Tensor h = x + attn_->forward(ln1_->forward(x));
+  return h + mlp_->forward(ln2_->forward(h));
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPT
+
+GPT::GPT(GPTConfig config, Generator* generator) : Module("GPT"), config_(config) {
+  MT_CHECK(config.vocab_size > 0 && config.context > 0 && config.num_layers >= 0,
+           "GPT: vocab_size and context must be positive and num_layers non-negative, got ", config.vocab_size, ", ",
+           config.context, ", ", config.num_layers);
+  const int64_t C = config.embed_dim;
+  tok_emb_ = register_module("tok_emb", Embedding(config.vocab_size, C, {.generator = generator}));
+  pos_emb_ = register_module("pos_emb", Embedding(config.context, C, {.generator = generator}));
+  auto blocks = std::make_shared<Sequential>();
+  for (int64_t i = 0; i < config.num_layers; ++i)
+    blocks->push_back(TransformerBlock(C, config.num_heads, {.mlp_ratio = config.mlp_ratio, .generator = generator}));
+  blocks_ = register_module("blocks", blocks);
+  ln_f_ = register_module("ln_f", LayerNorm(C));
+  head_ = register_module("head", Linear(C, config.vocab_size, {.generator = generator}));
+}
+
+Tensor GPT::forward(const Tensor& tokens) {
+  MT_CHECK(tokens.dim() == 2 && (tokens.dtype() == kInt64 || tokens.dtype() == kInt32),
+           "GPT: expected int64 tokens [B, T], got ", describe(tokens));
+  const int64_t T = tokens.size(1);
+  MT_CHECK(T >= 1 && T <= config_.context, "GPT: sequence length ", T, " must be in [1, context = ", config_.context,
+           "]");
+  Tensor pos = arange(T);                                         // [T] int64
+  Tensor x = tok_emb_->forward(tokens) + pos_emb_->forward(pos);  // [B, T, C] + [T, C]
+  x = blocks_->forward(x);
+  return head_->forward(ln_f_->forward(x));  // [B, T, V]
+}
+
+std::string GPT::extra_repr() const {
+  return concat("vocab_size=", config_.vocab_size, ", context=", config_.context, ", embed_dim=", config_.embed_dim,
+                ", num_layers=", config_.num_layers, ", num_heads=", config_.num_heads);
+}
+
+}  // namespace mixtrain::nn
