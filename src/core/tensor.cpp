@@ -2,6 +2,7 @@
 // Views live in src/ops/views.cpp; printing in src/core/print.cpp.
 #include "mixtrain/tensor.h"
 
+#include "core/inplace.h"
 #include "kernels/copy.h"
 #include "kernels/cpu/loops.h"
 #include "mixtrain/autograd.h"
@@ -155,20 +156,7 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl2));
 }
 
-namespace {
-
-// PyTorch's rule: an in-place write to a leaf that requires grad would silently corrupt the graph,
-// so it is refused while grad mode is on. Writes to non-leaf tensors that are part of a graph are
-// refused too (mixtrain does not rebase history); the saved-version check catches the rest.
-void check_inplace(const Tensor& t, const char* op) {
-  if (!GradMode::is_enabled() || !t.requires_grad()) return;
-  MT_CHECK(!t.is_leaf(), op, ": a leaf tensor that requires grad is used in an in-place operation; wrap the update in "
-           "mt::NoGradGuard");
-  MT_FAIL(op, ": in-place operations on tensors that are part of an autograd graph are not supported; use the "
-          "out-of-place op");
-}
-
-}  // namespace
+using detail::check_inplace;
 
 Tensor& Tensor::zero_() { return fill_(0.0); }
 

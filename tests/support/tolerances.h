@@ -36,6 +36,14 @@ inline constexpr Tolerance kGemmFp16{1.0 / 1024, 1e-3};
 // errors ~K * 2^-24 * |a||b| in the worst case; for K <= 2048 and unit-scale inputs that is < 1e-4.
 inline constexpr Tolerance kGemmFp32{1e-4, 1e-4};
 
+// A softmax-family backward in 16 bits against fp32: dx = y * (dy - sum(dy * y)) reads the saved
+// 16-bit output y (relative error up to u = 2^-8 for bf16, 2^-11 for fp16), so besides the final
+// rounding the sum carries an absolute error up to u * sum|dy * y| <= u * max|dy|, which is not
+// relative to dx and stays where dx cancels to ~0. With unit-normal dy (max ~4 over a few thousand
+// values) that is <= 4u absolute: atol = 4u (observed: under 1u).
+inline constexpr Tolerance kSoftmaxBwdBf16{2.0 / 256, 4.0 / 256};
+inline constexpr Tolerance kSoftmaxBwdFp16{2.0 / 2048, 4.0 / 2048};
+
 // Tolerance for comparing a kernel run in `dtype` with the same math in fp32.
 constexpr Tolerance vs_fp32(DType dtype) {
   switch (dtype) {

@@ -1,0 +1,210 @@
+// CPU binary elementwise kernels (add/sub, mul, div, pow), selection (where, masked_fill) and
+// comparisons (eq, gt, lt).
+//
+// Accumulation/compute dtype: arithmetic runs in opmath_t (fp32 for fp32, fp16 and bf16; fp64 for
+// fp64) through ew::map and rounds once on store. Selection copies stored values bit for bit (no
+// compute type). Comparisons compare in fp32 for 16-bit inputs, in the storage type otherwise
+// (integers against a double scalar in fp64).
+#pragma GCC optimize("no-math-errno", "no-trapping-math")  // see kernels/cpu/elementwise_loops.h
+
+#include <array>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/elementwise_loops.h"
+#include "kernels/elementwise.h"
+
+namespace mixtrain::kernels {
+namespace {
+
+// ---- Arithmetic: one functor per op on the compute type C. ----
+
+template <typename C>
+struct add_op {  // a + alpha * b (sub passes -alpha)
+  explicit add_op(Scalars s) : alpha(static_cast<C>(s.a)) {}
+  C alpha;
+  C operator()(C a, C b) const { return a + alpha * b; }
+};
+
+template <typename C>
+struct mul_op {
+  explicit mul_op(Scalars) {}
+  C operator()(C a, C b) const { return a * b; }
+};
+
+template <typename C>
+struct div_op {
+  explicit div_op(Scalars) {}
+  C operator()(C a, C b) const { return a / b; }
+};
+
+template <typename C>
+struct pow_op {
+  explicit pow_op(Scalars) {}
+  C operator()(C a, C b) const { return std::pow(a, b); }
+};
+
+template <template <typename> class Op>
+struct Binary {
+  template <typename T>
+  struct Kernel {
+    static void run(const Tensor& out, const Tensor& a, const Tensor& b, Scalars s) {
+      ew::map<T>(Op<opmath_t<T>>(s), out, a, b);
+    }
+  };
+};
+
+template <typename C>
+struct div_grad_b_op {
+  C operator()(C g, C a, C b) const { return -(g * a) / (b * b); }
+};
+
+template <typename C>
+struct pow_grad_base_op {
+  C operator()(C g, C a, C b) const { return b == C(0) ? C(0) : g * b * std::pow(a, b - C(1)); }
+};
+
+template <typename C>
+struct pow_grad_exponent_op {
+  C operator()(C g, C a, C b) const { return (a == C(0) && b >= C(0)) ? C(0) : g * std::pow(a, b) * std::log(a); }
+};
+
+template <template <typename> class Op>
+struct Ternary {
+  template <typename T>
+  struct Kernel {
+    static void run(const Tensor& out, const Tensor& g, const Tensor& a, const Tensor& b) {
+      ew::map<T>(Op<opmath_t<T>>(), out, g, a, b);
+    }
+  };
+};
+
+// ---- Selection and comparison: a strided loop over operands of mixed element types. ----
+
+// The type values are compared in: fp32 for 16-bit storage, the storage type otherwise.
+template <typename T>
+using compare_t = std::conditional_t<ew::is_half_v<T>, float, T>;
+// The type a value is compared with a double scalar in: as compare_t, but fp64 for integers.
+template <typename T>
+using compare_scalar_t = std::conditional_t<std::is_integral_v<T>, double, compare_t<T>>;
+
+// out[i] = f(in_0[i], ...) with raw (unconverted) element access; Out and Ins are storage types.
+template <typename Out, typename... Ins, typename F>
+void raw_loop(const F& f, const Tensor& out, TensorFor<Ins>... ins) {
+  constexpr int N = 1 + sizeof...(Ins);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  Out* const o = static_cast<Out*>(out.raw_data());
+  const std::tuple<const Ins*...> p{static_cast<const Ins*>(ins.raw_data())...};
+  StridedLayout<N> layout(out.shape(), {&out.strides(), &ins.strides()...});
+  parallel_for(n, kGrainSize, [&](int64_t b, int64_t e) {
+    strided_ranges<N>(
+        layout, b, e, [&](const std::array<int64_t, N>& off, int64_t count, const std::array<int64_t, N>& st) {
+          [&]<size_t... I>(std::index_sequence<I...>) {
+            Out* dst = o + off[0];
+            const auto src = std::make_tuple((std::get<I>(p) + off[I + 1])...);
+            if (((st[I + 1] == 1) && ...) && st[0] == 1) {  // the contiguous case as its own loop, so it vectorises
+              for (int64_t i = 0; i < count; ++i) dst[i] = f(std::get<I>(src)[i]...);
+            } else {
+              for (int64_t i = 0; i < count; ++i) dst[i * st[0]] = f(std::get<I>(src)[i * st[I + 1]]...);
+            }
+          }
+          (std::index_sequence_for<Ins...>{});
+        });
+  });
+}
+
+template <typename T>
+struct WhereKernel {
+  static void run(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+    raw_loop<T, bool, T, T>([](bool c, T x, T y) { return c ? x : y; }, out, cond, a, b);
+  }
+};
+
+template <typename T>
+struct MaskedFillKernel {
+  static void run(const Tensor& out, const Tensor& x, const Tensor& mask, double value) {
+    const T v = convert<T>(value);
+    raw_loop<T, T, bool>([v](T x, bool m) { return m ? v : x; }, out, x, mask);
+  }
+};
+
+template <typename T>
+struct EqKernel {
+  static void run(const Tensor& out, const Tensor& a, const Tensor& b) {
+    using C = compare_t<T>;
+    raw_loop<bool, T, T>([](T x, T y) { return static_cast<C>(x) == static_cast<C>(y); }, out, a, b);
+  }
+};
+
+struct Greater {
+  template <typename C>
+  bool operator()(C x, C y) const {
+    return x > y;
+  }
+};
+struct Less {
+  template <typename C>
+  bool operator()(C x, C y) const {
+    return x < y;
+  }
+};
+
+template <typename Cmp>
+struct CompareScalar {
+  template <typename T>
+  struct Kernel {
+    static void run(const Tensor& out, const Tensor& a, double b) {
+      using C = compare_scalar_t<T>;
+      const C s = static_cast<C>(b);
+      raw_loop<bool, T>([s](T x) { return Cmp{}(static_cast<C>(x), s); }, out, a);
+    }
+  };
+};
+
+struct BinaryTables {
+  std::vector<DispatchTable<BinaryFn>> arithmetic;
+  std::vector<DispatchTable<TernaryFn>> ternary;
+  std::vector<DispatchTable<CompareScalarFn>> compare_scalar;
+  DispatchTable<WhereFn> where{"where"};
+  DispatchTable<MaskedFillFn> masked_fill{"masked_fill"};
+  DispatchTable<CompareFn> eq{"eq"};
+
+  BinaryTables() {
+    for (const char* name : {"add", "mul", "div", "pow"}) arithmetic.emplace_back(name);
+    register_floating<Binary<add_op>::Kernel>(arithmetic[static_cast<int>(BinaryOp::kAdd)], kCPU);
+    register_floating<Binary<mul_op>::Kernel>(arithmetic[static_cast<int>(BinaryOp::kMul)], kCPU);
+    register_floating<Binary<div_op>::Kernel>(arithmetic[static_cast<int>(BinaryOp::kDiv)], kCPU);
+    register_floating<Binary<pow_op>::Kernel>(arithmetic[static_cast<int>(BinaryOp::kPow)], kCPU);
+    for (const char* name : {"div", "pow", "pow"}) ternary.emplace_back(name);  // named after their forward op
+    register_floating<Ternary<div_grad_b_op>::Kernel>(ternary[static_cast<int>(TernaryOp::kDivGradB)], kCPU);
+    register_floating<Ternary<pow_grad_base_op>::Kernel>(ternary[static_cast<int>(TernaryOp::kPowGradBase)], kCPU);
+    register_floating<Ternary<pow_grad_exponent_op>::Kernel>(ternary[static_cast<int>(TernaryOp::kPowGradExponent)],
+                                                             kCPU);
+    for (const char* name : {"gt", "lt"}) compare_scalar.emplace_back(name);
+    register_all_dtypes<CompareScalar<Greater>::Kernel>(compare_scalar[static_cast<int>(CompareOp::kGt)], kCPU);
+    register_all_dtypes<CompareScalar<Less>::Kernel>(compare_scalar[static_cast<int>(CompareOp::kLt)], kCPU);
+    register_all_dtypes<WhereKernel>(where, kCPU);
+    register_all_dtypes<MaskedFillKernel>(masked_fill, kCPU);
+    register_all_dtypes<EqKernel>(eq, kCPU);
+  }
+};
+
+const BinaryTables& tables() {
+  static const BinaryTables t;
+  return t;
+}
+
+}  // namespace
+
+const DispatchTable<BinaryFn>& binary_kernel(BinaryOp op) { return tables().arithmetic[static_cast<int>(op)]; }
+const DispatchTable<TernaryFn>& ternary_kernel(TernaryOp op) { return tables().ternary[static_cast<int>(op)]; }
+const DispatchTable<WhereFn>& where_kernel() { return tables().where; }
+const DispatchTable<MaskedFillFn>& masked_fill_kernel() { return tables().masked_fill; }
+const DispatchTable<CompareFn>& eq_kernel() { return tables().eq; }
+const DispatchTable<CompareScalarFn>& compare_scalar_kernel(CompareOp op) {
+  return tables().compare_scalar[static_cast<int>(op)];
+}
+
+}  // namespace mixtrain::kernels

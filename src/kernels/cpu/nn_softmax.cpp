@@ -1,0 +1,204 @@
+// CPU softmax / log_softmax, forward and backward, over any dim; also the scaled, causally masked
+// softmax of scaled_dot_product_attention.
+//
+// Accumulation: fp32 (fp64 when the input or output is fp64). 16-bit rows are widened to fp32 once,
+// the max, the exp-sum and the outputs are computed in fp32, and the result is rounded once when
+// stored. Rows (or column tiles, for a softmax over a non-last dim) never span two threads, so the
+// results do not depend on the thread count.
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/nn_vec.h"
+#include "kernels/nn.h"
+
+namespace mixtrain::kernels {
+
+DispatchTable<SoftmaxFwdFn> softmax_fwd("softmax");
+DispatchTable<SoftmaxBwdFn> softmax_bwd("softmax_backward");
+
+namespace {
+
+// Number of valid leading entries of row r.
+inline int64_t valid_len(const SoftmaxParams& p, int64_t r) {
+  return p.causal ? std::min(p.n, r % p.causal_rows + 1) : p.n;
+}
+
+// inner == 1: one contiguous row per (outer) index, the common case (last dim, attention).
+template <typename T, typename U>
+void forward_rows(const T* x, U* y, const SoftmaxParams& p) {
+  using F = nnvec::opmath2_t<T, U>;
+  const int64_t n = p.n;
+  parallel_for(p.outer, nnvec::row_grain(n), [&](int64_t begin, int64_t end) {
+    F* xbuf = nnvec::scratch<F>(0, n);
+    F* ybuf = nnvec::scratch<F>(1, n);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t len = valid_len(p, r);  // entries past len (causally masked) are never read
+      const F* xr = nnvec::load_row(x + r * n, xbuf, len);
+      F* yr = nnvec::out_row(y + r * n, ybuf);
+      if (p.scale != 1.0) {  // scale first: keeps max(scale * x) right for a negative scale too
+        nnvec::affine(xr, static_cast<F>(p.scale), F(0), xbuf, len);
+        xr = xbuf;
+      }
+      const F m = nnvec::max(xr, len);
+      if (p.log) {
+        nnvec::sub2(xr, m, std::log(nnvec::exp_sum(xr, m, nullptr, len)), yr, len);
+      } else {
+        const F s = nnvec::exp_sum(xr, m, yr, len);
+        nnvec::affine(yr, F(1) / s, F(0), yr, len);
+      }
+      const F fill = p.log ? -std::numeric_limits<F>::infinity() : F(0);
+      for (int64_t i = len; i < n; ++i) yr[i] = fill;
+      nnvec::store_row(yr, y + r * n, n);
+    }
+  });
+}
+
+template <typename T, typename U>
+void backward_rows(const U* gy, const U* y, T* gx, const SoftmaxParams& p) {
+  using F = nnvec::opmath2_t<T, U>;
+  const int64_t n = p.n;
+  parallel_for(p.outer, nnvec::row_grain(n), [&](int64_t begin, int64_t end) {
+    F* ybuf = nnvec::scratch<F>(0, n);
+    F* gbuf = nnvec::scratch<F>(1, n);
+    F* xbuf = nnvec::scratch<F>(2, n);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t len = valid_len(p, r);
+      const F* yr = nnvec::load_row(y + r * n, ybuf, len);
+      const F* gr = nnvec::load_row(gy + r * n, gbuf, len);
+      F* gxr = nnvec::out_row(gx + r * n, xbuf);
+      if (p.log) {
+        nnvec::log_softmax_bwd(yr, gr, nnvec::sum(gr, len), gxr, len);
+      } else {
+        nnvec::softmax_bwd(yr, gr, nnvec::dot(yr, gr, len), static_cast<F>(p.scale), gxr, len);
+      }
+      for (int64_t i = len; i < n; ++i) gxr[i] = F(0);  // masked entries do not depend on x
+      nnvec::store_row(gxr, gx + r * n, n);
+    }
+  });
+}
+
+// inner > 1: the softmax runs down columns. Each task takes one outer index and a tile of up to
+// kTile columns, and sweeps the n rows of that tile (contiguous runs of the tile width) three times.
+// This layout (softmax over a non-last dim) is rare in training, so it uses libm's exp.
+constexpr int64_t kTile = 256;
+
+template <typename Body>
+void for_column_tiles(const SoftmaxParams& p, Body&& body) {
+  const int64_t tiles = (p.inner + kTile - 1) / kTile;
+  parallel_for(p.outer * tiles, std::max<int64_t>(1, kGrainSize / (p.n * kTile)), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t o = t / tiles, c0 = (t % tiles) * kTile;
+      body(o * p.n * p.inner + c0, std::min(kTile, p.inner - c0));
+    }
+  });
+}
+
+template <typename T, typename U>
+void forward_columns(const T* x, U* y, const SoftmaxParams& p) {
+  using F = nnvec::opmath2_t<T, U>;
+  const int64_t n = p.n, inner = p.inner;
+  const F scale = static_cast<F>(p.scale);
+  for_column_tiles(p, [&](int64_t base, int64_t w) {
+    F* m = nnvec::scratch<F>(0, w);
+    F* s = nnvec::scratch<F>(1, w);
+    F* buf = nnvec::scratch<F>(2, w);
+    F* obuf = nnvec::scratch<F>(3, w);
+    for (int64_t c = 0; c < w; ++c) {
+      m[c] = -std::numeric_limits<F>::infinity();
+      s[c] = 0;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const F* row = nnvec::load_row(x + base + j * inner, buf, w);
+      for (int64_t c = 0; c < w; ++c) {
+        const F v = scale * row[c];
+        m[c] = (v > m[c] || v != v) ? v : m[c];
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const F* row = nnvec::load_row(x + base + j * inner, buf, w);
+      for (int64_t c = 0; c < w; ++c) s[c] += std::exp(scale * row[c] - m[c]);
+    }
+    for (int64_t c = 0; c < w; ++c) s[c] = p.log ? std::log(s[c]) : F(1) / s[c];
+    for (int64_t j = 0; j < n; ++j) {
+      const F* row = nnvec::load_row(x + base + j * inner, buf, w);
+      F* out = nnvec::out_row(y + base + j * inner, obuf);
+      for (int64_t c = 0; c < w; ++c) {
+        const F v = scale * row[c];
+        out[c] = p.log ? (v - m[c]) - s[c] : std::exp(v - m[c]) * s[c];
+      }
+      nnvec::store_row(out, y + base + j * inner, w);
+    }
+  });
+}
+
+template <typename T, typename U>
+void backward_columns(const U* gy, const U* y, T* gx, const SoftmaxParams& p) {
+  using F = nnvec::opmath2_t<T, U>;
+  const int64_t n = p.n, inner = p.inner;
+  const F scale = static_cast<F>(p.scale);
+  for_column_tiles(p, [&](int64_t base, int64_t w) {
+    F* acc = nnvec::scratch<F>(0, w);
+    F* ybuf = nnvec::scratch<F>(1, w);
+    F* gbuf = nnvec::scratch<F>(2, w);
+    F* obuf = nnvec::scratch<F>(3, w);
+    for (int64_t c = 0; c < w; ++c) acc[c] = 0;
+    // acc = sum_j gy * y (softmax) or sum_j gy (log_softmax), per column.
+    for (int64_t j = 0; j < n; ++j) {
+      const F* gr = nnvec::load_row(gy + base + j * inner, gbuf, w);
+      if (p.log) {
+        for (int64_t c = 0; c < w; ++c) acc[c] += gr[c];
+      } else {
+        const F* yr = nnvec::load_row(y + base + j * inner, ybuf, w);
+        for (int64_t c = 0; c < w; ++c) acc[c] += gr[c] * yr[c];
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const F* gr = nnvec::load_row(gy + base + j * inner, gbuf, w);
+      const F* yr = nnvec::load_row(y + base + j * inner, ybuf, w);
+      F* out = nnvec::out_row(gx + base + j * inner, obuf);
+      for (int64_t c = 0; c < w; ++c)
+        out[c] = p.log ? gr[c] - std::exp(yr[c]) * acc[c] : scale * yr[c] * (gr[c] - acc[c]);
+      nnvec::store_row(out, gx + base + j * inner, w);
+    }
+  });
+}
+
+template <typename T>
+struct SoftmaxFwd {
+  static void run(const Tensor& x, const Tensor& y, const SoftmaxParams& p) {
+    dispatch_floating(y.dtype(), "softmax", [&]<typename U>() {
+      const T* xp = x.data_ptr<T>();
+      U* yp = y.data_ptr<U>();
+      if (p.inner == 1) {
+        forward_rows(xp, yp, p);
+      } else {
+        forward_columns(xp, yp, p);
+      }
+    });
+  }
+};
+
+template <typename T>
+struct SoftmaxBwd {
+  static void run(const Tensor& gy, const Tensor& y, const Tensor& gx, const SoftmaxParams& p) {
+    dispatch_floating(y.dtype(), "softmax_backward", [&]<typename U>() {
+      const U* gp = gy.data_ptr<U>();
+      const U* yp = y.data_ptr<U>();
+      T* gxp = gx.data_ptr<T>();
+      if (p.inner == 1) {
+        backward_rows(gp, yp, gxp, p);
+      } else {
+        backward_columns(gp, yp, gxp, p);
+      }
+    });
+  }
+};
+
+[[maybe_unused]] const bool registered = [] {
+  register_floating<SoftmaxFwd>(softmax_fwd, kCPU);
+  register_floating<SoftmaxBwd>(softmax_bwd, kCPU);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mixtrain::kernels

@@ -1,0 +1,436 @@
+// Fused multi-tensor CPU kernels: scale + non-finite check, norm partials, SGD and Adam/AdamW steps.
+//
+// Accumulation dtype: fp32 everywhere (fp64 only for fp64 tensors in the scale/norm kernels). Each
+// kernel is one template over the storage type, instantiated for float, float16 and bfloat16 by
+// one switch; the work list is chunks of kMultiTensorChunk elements over all tensors, run in one
+// OpenMP region (Note in optim_kernels.h). The update formulas follow PyTorch's single-tensor
+// (foreach=False) implementations operation by operation, so an fp32 run matches PyTorch up to
+// the order of fp32 roundings inside one expression.
+//
+// Vectorisation: contiguous data is processed in blocks of kBlock elements: 16-bit values are
+// widened into an fp32 buffer with the bulk converters of half.h (F16C / AVX-512 when present),
+// each step of the update is a separate branch-free loop over the buffer (the compiler vectorises
+// them; the branches on options sit outside the loops), and the result is rounded back in bulk.
+// sqrt is done with _mm_sqrt_ps because GCC only vectorises std::sqrt under -fno-math-errno; both
+// are correctly rounded, so the results are the same bits.
+#include "kernels/cpu/optim_kernels.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "kernels/cpu/loops.h"
+
+namespace mixtrain::kernels {
+namespace {
+
+struct Chunk {
+  int64_t tensor;
+  int64_t begin, end;
+};
+
+std::vector<Chunk> make_chunks(const std::vector<int64_t>& numels, int64_t* total) {
+  std::vector<Chunk> chunks;
+  *total = 0;
+  for (size_t t = 0; t < numels.size(); ++t) {
+    for (int64_t b = 0; b < numels[t]; b += kMultiTensorChunk)
+      chunks.push_back({static_cast<int64_t>(t), b, std::min(numels[t], b + kMultiTensorChunk)});
+    *total += numels[t];
+  }
+  return chunks;
+}
+
+// Runs body(chunk_index, chunk) over every chunk; one OpenMP region when the work is large enough.
+// Bodies must not throw (everything is validated before).
+template <typename F>
+void run_chunks(const std::vector<Chunk>& chunks, int64_t total, F&& body) {
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  if (n <= 1 || total <= kGrainSize || omp_get_max_threads() == 1 || omp_in_parallel()) {
+    for (int64_t i = 0; i < n; ++i) body(i, chunks[i]);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) body(i, chunks[i]);
+}
+
+// Calls run(offset, count, stride) over the runs of elements [begin, end) (row-major order) of t;
+// offsets are in elements from t's first element.
+template <typename F>
+void for_each_run(const Tensor& t, int64_t begin, int64_t end, F&& run) {
+  if (t.is_contiguous()) {
+    run(begin, end - begin, int64_t{1});
+    return;
+  }
+  StridedLayout<1> layout(t.shape(), {&t.strides()});
+  strided_ranges<1>(layout, begin, end,
+                    [&](const std::array<int64_t, 1>& off, int64_t count, const std::array<int64_t, 1>& st) {
+                      run(off[0], count, st[0]);
+                    });
+}
+
+// The three storage types an optimizer updates.
+template <typename F>
+void dispatch_param(DType dtype, F&& f) {
+  switch (dtype) {
+    case kFloat32: f.template operator()<float>(); return;
+    case kFloat16: f.template operator()<float16>(); return;
+    case kBFloat16: f.template operator()<bfloat16>(); return;
+    default: MT_INTERNAL_ASSERT(false, "optimizer kernel: unexpected dtype");
+  }
+}
+
+template <typename C>
+inline bool nonfinite(C v) {
+  return !(std::abs(v) <= std::numeric_limits<C>::max());  // true for NaN too
+}
+
+// Block size of the buffered loops: a multiple of 16 (the norm's lane count) that keeps a few
+// fp32 buffers in L1.
+constexpr int64_t kBlock = 256;
+
+template <typename T>
+constexpr bool kBlockType = std::is_same_v<T, float> || std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
+template <typename T>
+void load_block(const T* src, float* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  else if constexpr (std::is_same_v<T, float16>)
+    convert_fp16_to_fp32(src, dst, n);
+  else
+    convert_bf16_to_fp32(src, dst, n);
+}
+
+template <typename T>
+void store_block(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  else if constexpr (std::is_same_v<T, float16>)
+    convert_fp32_to_fp16(src, dst, n);
+  else
+    convert_fp32_to_bf16(src, dst, n);
+}
+
+void sqrt_block(float* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) x[i] = std::sqrt(x[i]);
+}
+
+// 1 when any of x[0, n) is inf or NaN (branch-free, vectorisable).
+inline bool any_nonfinite(const float* x, int64_t n) {
+  unsigned bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<unsigned>(!(std::abs(x[i]) <= std::numeric_limits<float>::max()));
+  return bad != 0;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Scale and check.
+
+template <typename T>
+bool scale_run(T* p, int64_t count, int64_t stride, float factor) {
+  if constexpr (kBlockType<T>) {
+    if (stride == 1) {
+      alignas(64) float buf[kBlock];
+      bool bad = false;
+      for (int64_t s = 0; s < count; s += kBlock) {
+        const int64_t n = std::min(kBlock, count - s);
+        load_block(p + s, buf, n);
+        bad |= any_nonfinite(buf, n);
+        if (factor == 1.0f) continue;  // check only: PyTorch's kernel skips the multiply when inv_scale == 1
+        for (int64_t j = 0; j < n; ++j) buf[j] *= factor;
+        store_block(buf, p + s, n);
+      }
+      return bad;
+    }
+  }
+  using C = opmath_t<T>;
+  bool bad = false;
+  const C f = static_cast<C>(factor);
+  for (int64_t i = 0; i < count; ++i) {
+    C v = convert<C>(p[i * stride]);
+    bad |= nonfinite(v);
+    if (factor != 1.0f) p[i * stride] = convert<T>(v * f);
+  }
+  return bad;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Norm partials.
+
+// Sum of term(|x|) over a run; sixteen independent fp32 accumulators let the compiler vectorise the
+// contiguous case without reassociating (the order is fixed by the code, hence deterministic).
+template <typename T, typename Term>
+float sum_run(const T* p, int64_t count, int64_t stride, Term term) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  if constexpr (kBlockType<T>) {
+    if (stride == 1) {
+      alignas(64) float buf[kBlock];
+      for (; i + kLanes <= count; i += kBlock) {
+        const int64_t n = std::min(kBlock, (count - i) / kLanes * kLanes);
+        load_block(p + i, buf, n);
+        for (int64_t b = 0; b < n; b += kLanes)
+          for (int l = 0; l < kLanes; ++l) acc[l] += term(std::abs(buf[b + l]));
+        if (n < kBlock) {
+          i += n;
+          break;
+        }
+      }
+    }
+  }
+  for (; i < count; ++i) acc[i % kLanes] += term(std::abs(convert<float>(p[i * stride])));
+  float s = 0.0f;
+  for (float a : acc) s += a;
+  return s;
+}
+
+// sum |x|^p over a run, or max |x| for p = inf (NaN propagates).
+template <typename T>
+float norm_run(const T* p, int64_t count, int64_t stride, double pnorm) {
+  if (std::isinf(pnorm)) {
+    float m = 0.0f;
+    bool nan = false;
+    for (int64_t i = 0; i < count; ++i) {
+      float a = std::abs(convert<float>(p[i * stride]));
+      nan |= (a != a);
+      m = a > m ? a : m;
+    }
+    return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+  }
+  if (pnorm == 2.0) return sum_run(p, count, stride, [](float a) { return a * a; });
+  if (pnorm == 1.0) return sum_run(p, count, stride, [](float a) { return a; });
+  const float pf = static_cast<float>(pnorm);
+  return sum_run(p, count, stride, [pf](float a) { return std::pow(a, pf); });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Optimizer steps.
+
+// The value being optimised, block by block: the fp32 master when there is one (the 16-bit
+// parameter then receives the rounded result), else the parameter itself.
+template <typename T>
+struct ParamBlocks {
+  T* param;
+  float* master;
+  void load(int64_t s, float* x, int64_t n) const {
+    if (master != nullptr)
+      std::memcpy(x, master + s, static_cast<size_t>(n) * sizeof(float));
+    else
+      load_block(param + s, x, n);
+  }
+  void store(int64_t s, const float* x, int64_t n) const {
+    if (master != nullptr) std::memcpy(master + s, x, static_cast<size_t>(n) * sizeof(float));
+    store_block(x, param + s, n);
+  }
+};
+
+template <typename T>
+ParamBlocks<T> param_blocks(const Tensor& param, const Tensor& master) {
+  return {param.data_ptr<T>(), master.defined() ? master.data_ptr<float>() : nullptr};
+}
+
+// g = grad * inv_scale (the multiply is exact and skipped when inv_scale is 1).
+template <typename T>
+void load_grad(const T* grad, int64_t s, float* g, int64_t n, float inv) {
+  load_block(grad + s, g, n);
+  if (inv != 1.0f)
+    for (int64_t j = 0; j < n; ++j) g[j] *= inv;
+}
+
+template <typename T>
+void sgd_chunk(const SgdTensors& t, const SgdHyper& h, int64_t b, int64_t e) {
+  const ParamBlocks<T> p = param_blocks<T>(t.param, t.master);
+  const T* grad = t.grad.data_ptr<T>();
+  float* buf_all = t.momentum_buffer.defined() ? t.momentum_buffer.data_ptr<float>() : nullptr;
+  const float wd = static_cast<float>(h.weight_decay), mom = static_cast<float>(h.momentum);
+  const float one_minus_damp = static_cast<float>(1.0 - h.dampening), neg_lr = static_cast<float>(-h.lr);
+  alignas(64) float g[kBlock], x[kBlock];
+  for (int64_t s = b; s < e; s += kBlock) {
+    const int64_t n = std::min(kBlock, e - s);
+    load_grad(grad, s, g, n, h.inv_scale);
+    p.load(s, x, n);
+    if (wd != 0.0f)
+      for (int64_t j = 0; j < n; ++j) g[j] = g[j] + wd * x[j];  // grad.add(param, alpha=weight_decay)
+    if (buf_all != nullptr) {
+      float* buf = buf_all + s;
+      if (t.first_step)  // buf = clone(grad)
+        std::memcpy(buf, g, static_cast<size_t>(n) * sizeof(float));
+      else  // buf.mul_(momentum).add_(grad, alpha=1-dampening)
+        for (int64_t j = 0; j < n; ++j) buf[j] = buf[j] * mom + one_minus_damp * g[j];
+      if (h.nesterov)
+        for (int64_t j = 0; j < n; ++j) g[j] = g[j] + mom * buf[j];  // grad.add(buf, alpha=momentum)
+      else
+        std::memcpy(g, buf, static_cast<size_t>(n) * sizeof(float));
+    }
+    for (int64_t j = 0; j < n; ++j) x[j] = x[j] + neg_lr * g[j];  // param.add_(grad, alpha=-lr)
+    p.store(s, x, n);
+  }
+}
+
+template <typename T>
+void adam_chunk(const AdamTensors& t, const AdamHyper& h, int64_t b, int64_t e) {
+  const ParamBlocks<T> p = param_blocks<T>(t.param, t.master);
+  const T* grad = t.grad.data_ptr<T>();
+  float* m_all = t.exp_avg.data_ptr<float>();
+  float* v_all = t.exp_avg_sq.data_ptr<float>();
+  float* vmax_all = h.amsgrad ? t.max_exp_avg_sq.data_ptr<float>() : nullptr;
+  // Host scalars in double (Python floats in PyTorch), rounded to fp32 where the tensor op would.
+  const double step = static_cast<double>(t.step);
+  const float neg_step_size = static_cast<float>(-(h.lr / (1.0 - std::pow(h.beta1, step))));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(h.beta2, step)));
+  const float w = static_cast<float>(1.0 - h.beta1), one_minus_w = 1.0f - w;  // lerp weight
+  const bool lerp_low = std::abs(w) < 0.5f;  // ATen's lerp picks its formula by |weight|
+  const float b2 = static_cast<float>(h.beta2), one_minus_b2 = static_cast<float>(1.0 - h.beta2);
+  const float eps = static_cast<float>(h.eps), wd = static_cast<float>(h.weight_decay);
+  const float decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  alignas(64) float g[kBlock], x[kBlock], d[kBlock];
+  for (int64_t s = b; s < e; s += kBlock) {
+    const int64_t n = std::min(kBlock, e - s);
+    float* m = m_all + s;
+    float* v = v_all + s;
+    load_grad(grad, s, g, n, h.inv_scale);
+    p.load(s, x, n);
+    if (wd != 0.0f) {
+      if (h.decoupled_weight_decay)
+        for (int64_t j = 0; j < n; ++j) x[j] = x[j] * decay;  // param.mul_(1 - lr * weight_decay)
+      else
+        for (int64_t j = 0; j < n; ++j) g[j] = g[j] + wd * x[j];  // grad.add(param, alpha=weight_decay)
+    }
+    if (lerp_low)  // exp_avg.lerp_(grad, 1 - beta1)
+      for (int64_t j = 0; j < n; ++j) m[j] = m[j] + w * (g[j] - m[j]);
+    else
+      for (int64_t j = 0; j < n; ++j) m[j] = g[j] - (g[j] - m[j]) * one_minus_w;
+    for (int64_t j = 0; j < n; ++j) v[j] = v[j] * b2 + one_minus_b2 * g[j] * g[j];  // mul_(b2).addcmul_(g, g, 1-b2)
+    const float* vhat = v;
+    if (vmax_all != nullptr) {  // torch.maximum(max_exp_avg_sq, exp_avg_sq): NaN propagates
+      float* vmax = vmax_all + s;
+      for (int64_t j = 0; j < n; ++j) vmax[j] = (v[j] > vmax[j] || v[j] != v[j]) ? v[j] : vmax[j];
+      vhat = vmax;
+    }
+    std::memcpy(d, vhat, static_cast<size_t>(n) * sizeof(float));
+    sqrt_block(d, n);
+    // denom = sqrt(v_hat) / sqrt(bias_correction2) + eps; param.addcdiv_(exp_avg, denom, value=-step_size)
+    for (int64_t j = 0; j < n; ++j) x[j] = x[j] + neg_step_size * (m[j] / (d[j] / bc2_sqrt + eps));
+    p.store(s, x, n);
+  }
+}
+
+template <typename Tensors>
+void check_step_tensors(const Tensors& t, const char* op) {
+  MT_INTERNAL_ASSERT(t.param.is_contiguous() && t.grad.is_contiguous() && t.grad.dtype() == t.param.dtype() &&
+                         t.grad.numel() == t.param.numel(),
+                     op, ": param/grad mismatch");
+  MT_INTERNAL_ASSERT(!t.master.defined() || (t.master.dtype() == kFloat32 && t.master.numel() == t.param.numel()), op,
+                     ": bad master");
+}
+
+// Runs chunk_fn<T>(tensors[i], b, e) over all chunks, T being tensors[i].param's storage type.
+template <typename Tensors, typename ChunkFn>
+void run_step(const std::vector<Tensors>& tensors, ChunkFn&& chunk_fn) {
+  std::vector<int64_t> numels;
+  numels.reserve(tensors.size());
+  for (const auto& t : tensors) numels.push_back(t.param.numel());
+  int64_t total = 0;
+  std::vector<Chunk> chunks = make_chunks(numels, &total);
+  run_chunks(chunks, total, [&](int64_t, const Chunk& c) {
+    const Tensors& t = tensors[c.tensor];
+    dispatch_param(t.param.dtype(), [&]<typename T>() { chunk_fn.template operator()<T>(t, c.begin, c.end); });
+  });
+}
+
+}  // namespace
+
+int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float factor) {
+  std::vector<int64_t> numels;
+  for (const Tensor& t : tensors) {
+    MT_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat16 || t.dtype() == kBFloat16 || t.dtype() == kFloat64,
+             "scale/unscale of gradients: expected float32, float16, bfloat16 or float64, got ", describe(t));
+    numels.push_back(t.numel());
+  }
+  int64_t total = 0;
+  std::vector<Chunk> chunks = make_chunks(numels, &total);
+  std::vector<uint8_t> bad(chunks.size(), 0);
+  run_chunks(chunks, total, [&](int64_t i, const Chunk& c) {
+    const Tensor& t = tensors[c.tensor];
+    dispatch_floating(t.dtype(), "scale", [&]<typename T>() {
+      T* base = static_cast<T*>(t.raw_data());
+      bool b = false;
+      for_each_run(t, c.begin, c.end, [&](int64_t off, int64_t count, int64_t stride) {
+        b |= scale_run(base + off, count, stride, factor);
+      });
+      bad[i] = b;
+    });
+  });
+  for (size_t i = 0; i < chunks.size(); ++i)
+    if (bad[i]) return chunks[i].tensor;  // chunks are in tensor order
+  return -1;
+}
+
+std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors, double p) {
+  MT_CHECK(p > 0 && !std::isnan(p), "norm: norm_type must be > 0 or inf, got ", p);
+  std::vector<int64_t> numels;
+  for (const Tensor& t : tensors) {
+    MT_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat16 || t.dtype() == kBFloat16 || t.dtype() == kFloat64,
+             "norm of gradients: expected a floating-point tensor, got ", describe(t));
+    numels.push_back(t.numel());
+  }
+  int64_t total = 0;
+  std::vector<Chunk> chunks = make_chunks(numels, &total);
+  std::vector<float> partial(chunks.size(), 0.0f);
+  run_chunks(chunks, total, [&](int64_t i, const Chunk& c) {
+    const Tensor& t = tensors[c.tensor];
+    dispatch_floating(t.dtype(), "norm", [&]<typename T>() {
+      const T* base = static_cast<const T*>(t.raw_data());
+      float acc = 0.0f;
+      bool nan = false;
+      for_each_run(t, c.begin, c.end, [&](int64_t off, int64_t count, int64_t stride) {
+        float r = norm_run(base + off, count, stride, p);
+        nan |= (r != r);
+        acc = std::isinf(p) ? std::max(acc, r) : acc + r;
+      });
+      partial[i] = nan ? std::numeric_limits<float>::quiet_NaN() : acc;
+    });
+  });
+  std::vector<float> out(tensors.size(), 0.0f);
+  std::vector<uint8_t> nan(tensors.size(), 0);
+  for (size_t i = 0; i < chunks.size(); ++i) {  // chunk order: deterministic
+    float& o = out[chunks[i].tensor];
+    nan[chunks[i].tensor] |= (partial[i] != partial[i]);
+    o = std::isinf(p) ? std::max(o, partial[i]) : o + partial[i];
+  }
+  for (size_t t = 0; t < out.size(); ++t)
+    if (nan[t]) out[t] = std::numeric_limits<float>::quiet_NaN();
+  return out;
+}
+
+void sgd_step(const std::vector<SgdTensors>& tensors, const SgdHyper& h) {
+  for (const auto& t : tensors) {
+    check_step_tensors(t, "sgd_step");
+    MT_INTERNAL_ASSERT(h.momentum == 0 || (t.momentum_buffer.defined() && t.momentum_buffer.dtype() == kFloat32),
+                       "sgd_step: missing momentum buffer");
+  }
+  run_step(tensors, [&]<typename T>(const SgdTensors& t, int64_t b, int64_t e) { sgd_chunk<T>(t, h, b, e); });
+}
+
+void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
+  for (const auto& t : tensors) {
+    check_step_tensors(t, "adam_step");
+    MT_INTERNAL_ASSERT(t.exp_avg.defined() && t.exp_avg_sq.defined() && (!h.amsgrad || t.max_exp_avg_sq.defined()),
+                       "adam_step: missing moments");
+  }
+  run_step(tensors, [&]<typename T>(const AdamTensors& t, int64_t b, int64_t e) { adam_chunk<T>(t, h, b, e); });
+}
+
+}  // namespace mixtrain::kernels

@@ -1,0 +1,75 @@
+// src/kernels/cpu/optim_kernels.h (internal): fused multi-tensor kernels behind the optimizers,
+// gradient clipping and the grad scaler.
+//
+// A "multi-tensor" kernel takes a list of tensors, cuts every tensor into chunks of
+// kMultiTensorChunk elements and runs all chunks of all tensors in one OpenMP region, so a model of
+// many small parameters costs one parallel region per step instead of one per parameter. Every
+// kernel is elementwise within a chunk, or reduces a chunk to a partial that is combined afterwards
+// in chunk order, so results never depend on the thread count.
+//
+// Precision: 16-bit values are widened to fp32, all math is fp32 (moments and master weights are
+// fp32 storage), and 16-bit outputs are rounded once, to nearest even.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mixtrain/dtype.h"
+#include "mixtrain/tensor.h"
+
+namespace mixtrain::kernels {
+
+inline constexpr int64_t kMultiTensorChunk = 16384;
+
+// ---------------------------------------------------------------------------------------------
+// Scale + non-finite check (the grad scaler's unscale, clip_grad_norm_'s scaling).
+
+// Multiplies every element of every tensor by `factor` in place (fp32 math, rounded back to the
+// tensor's dtype) and reports whether any element was inf or NaN *before* the multiply (16-bit values
+// are widened to fp32 for the check). With factor == 1 nothing is written: a pure check.
+// Tensors may have any strides (views such as g.t() or g[:, :5]) but must not overlap each other.
+// dtypes: float32, float16, bfloat16, float64 (mixed in one list is fine).
+// Returns the index of the first tensor (in list order) holding a non-finite value, or -1.
+int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float factor);
+
+// ---------------------------------------------------------------------------------------------
+// Norms (clip_grad_norm_).
+
+// For each tensor: sum of |x|^p (p > 0, finite) or max |x| (p = inf), accumulated in fp32 within
+// chunks and combined over chunks in fp32, in chunk order. NaN propagates. Any strides.
+std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors, double p);
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer steps. Params and grads are contiguous and of one dtype per parameter (float32,
+// float16 or bfloat16); `master`, when defined, is the fp32 master copy that is updated instead of
+// the param (the param then receives the rounded result). Moment buffers are contiguous fp32.
+// inv_scale multiplies each gradient as it is read (1 when the grads are already unscaled).
+
+struct SgdHyper {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  float inv_scale = 1.0f;
+};
+
+struct SgdTensors {
+  Tensor param, grad, master, momentum_buffer;  // momentum_buffer undefined when momentum == 0
+  bool first_step = false;                      // the buffer is initialised to the gradient
+};
+
+void sgd_step(const std::vector<SgdTensors>& tensors, const SgdHyper& h);
+
+struct AdamHyper {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool decoupled_weight_decay = false;  // AdamW
+  bool amsgrad = false;
+  float inv_scale = 1.0f;
+};
+
+struct AdamTensors {
+  Tensor param, grad, master, exp_avg, exp_avg_sq, max_exp_avg_sq;  // max_exp_avg_sq only with amsgrad
+  int64_t step = 0;  // this parameter's step count, already incremented for this update
+};
+
+void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h);
+
+}  // namespace mixtrain::kernels

@@ -1,0 +1,98 @@
+// CPU row gather and deterministic row scatter-add (index_select, embedding), and index validation.
+//
+// Accumulation: the scatter-add sums in fp32 (fp64 for fp64) and rounds once per output row. It
+// first groups the positions j by index value (a stable counting sort, so each group is in
+// increasing j), then each output row is owned by one thread and summed in group order: repeated
+// indices add up identically for any thread count, with no atomics.
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/nn_vec.h"
+#include "kernels/shape_ops.h"
+
+namespace mixtrain::kernels {
+
+DispatchTable<ScatterAddRowsFn> scatter_add_rows("index_select_backward");
+
+std::optional<BadIndex> find_bad_index(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
+  return dispatch_index(index.dtype(), "find_bad_index", [&]<typename I>() -> std::optional<BadIndex> {
+    const I* p = index.data_ptr<I>();
+    const int64_t n = index.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t v = p[i];
+      if ((v < 0 || v >= bound) && !(ignore && v == *ignore)) return BadIndex{i, v};
+    }
+    return std::nullopt;
+  });
+}
+
+void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner) {
+  const int64_t m = index.numel();
+  const int64_t n = outer * inner == 0 ? 0 : src.numel() / (outer * inner);
+  const size_t row_bytes = static_cast<size_t>(inner) * src.element_size();
+  const char* sp = static_cast<const char*>(src.raw_data());
+  char* op = static_cast<char*>(out.raw_data());
+  dispatch_index(index.dtype(), "gather_rows", [&]<typename I>() {
+    const I* ip = index.data_ptr<I>();
+    parallel_for(outer * m, nnvec::row_grain(inner), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t o = r / m, j = r % m;
+        std::memcpy(op + r * row_bytes, sp + (o * n + static_cast<int64_t>(ip[j])) * row_bytes, row_bytes);
+      }
+    });
+  });
+}
+
+namespace {
+
+// Positions grouped by index value: group k is order[start[k], start[k + 1]), in increasing j.
+struct IndexGroups {
+  std::vector<int64_t> start, order;
+};
+
+template <typename I>
+IndexGroups group_by_index(const I* index, int64_t m, int64_t n) {
+  IndexGroups g;
+  g.start.assign(static_cast<size_t>(n + 1), 0);
+  for (int64_t j = 0; j < m; ++j) ++g.start[index[j] + 1];
+  for (int64_t k = 0; k < n; ++k) g.start[k + 1] += g.start[k];
+  g.order.resize(static_cast<size_t>(m));
+  std::vector<int64_t> next(g.start.begin(), g.start.end() - 1);
+  for (int64_t j = 0; j < m; ++j) g.order[next[index[j]]++] = j;
+  return g;
+}
+
+template <typename T>
+struct ScatterAddRows {
+  static void run(const Tensor& gy, const Tensor& index, const Tensor& gx, int64_t outer, int64_t inner) {
+    using F = opmath_t<T>;
+    const int64_t m = index.numel();
+    const int64_t n = outer * inner == 0 ? 0 : gx.numel() / (outer * inner);
+    const T* gyp = gy.data_ptr<T>();
+    T* gxp = gx.data_ptr<T>();
+    dispatch_index(index.dtype(), "scatter_add_rows", [&]<typename I>() {
+      const IndexGroups g = group_by_index(index.data_ptr<I>(), m, n);
+      parallel_for(outer * n, nnvec::row_grain(inner), [&](int64_t begin, int64_t end) {
+        F* buf = nnvec::scratch<F>(0, inner);
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t o = r / n, k = r % n;
+          F* acc = nnvec::out_row(gxp + r * inner, buf);
+          for (int64_t c = 0; c < inner; ++c) acc[c] = F(0);
+          for (int64_t s = g.start[k]; s < g.start[k + 1]; ++s) {
+            const T* row = gyp + (o * m + g.order[s]) * inner;
+            for (int64_t c = 0; c < inner; ++c) acc[c] += convert<F>(row[c]);
+          }
+          nnvec::store_row(acc, gxp + r * inner, inner);
+        }
+      });
+    });
+  }
+};
+
+[[maybe_unused]] const bool registered = [] {
+  register_floating<ScatterAddRows>(scatter_add_rows, kCPU);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mixtrain::kernels

@@ -1,0 +1,100 @@
+// Kernel tables of the elementwise family (front-ends in src/ops/elementwise*.cpp, CPU kernels in
+// src/kernels/cpu/elementwise*.cpp).
+//
+// Every kernel takes operands of one shape with any strides (broadcast inputs arrive as stride-0
+// expand views) and, except where noted, one floating dtype shared by the output and the inputs;
+// the front-end promotes and broadcasts first. Accumulation/compute dtype: fp32 for fp32, fp16 and
+// bf16 storage, fp64 for fp64; 16-bit results are rounded once on store.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dispatch.h"
+#include "mixtrain/tensor.h"
+
+namespace mixtrain::kernels {
+
+// Scalar parameters an op hands to its kernel (alpha, exponent, clamp bounds, scale). They stay
+// doubles until the kernel converts them to its compute type, so a double scalar never changes a
+// tensor's dtype and is never rounded to 16 bits.
+struct Scalars {
+  double a = 0.0;
+  double b = 0.0;
+};
+
+// Unary ops with one table for the forward and, where the op is differentiable by a fused kernel,
+// one for the backward. X-macro so that the enum, the names and the registrations cannot drift.
+#define MT_FORALL_UNARY_KERNELS(_)                                                                              \
+  _(neg)                                                                                                        \
+  _(exp) _(log) _(sqrt) _(rsqrt) _(tanh) _(sigmoid) _(relu) _(gelu) _(gelu_tanh) _(silu) _(clamp) _(add_scalar) \
+      _(mul_scalar) _(square) _(pow_scalar)
+
+enum class UnaryOp : uint8_t {
+#define MT_UNARY_ENUM(name) k_##name,
+  MT_FORALL_UNARY_KERNELS(MT_UNARY_ENUM)
+#undef MT_UNARY_ENUM
+      kCount
+};
+
+// out = f(x; s). clamp: s = {min, max}; add_scalar: x + s.a; mul_scalar: x * s.a; pow_scalar: x^s.a.
+using UnaryFn = void(const Tensor& out, const Tensor& x, Scalars s);
+// grad_in = grad_out * f'(.), computed in one pass from the saved tensor the op's backward needs:
+// the output y for exp, sqrt, rsqrt, tanh, sigmoid, relu; the input x for the others.
+using UnaryBackwardFn = void(const Tensor& grad_in, const Tensor& grad_out, const Tensor& saved, Scalars s);
+
+const DispatchTable<UnaryFn>& unary_kernel(UnaryOp op);
+// Throws (internal) for ops whose backward is composed of other ops (neg, add/mul_scalar, square).
+const DispatchTable<UnaryBackwardFn>& unary_backward_kernel(UnaryOp op);
+
+// Binary arithmetic: out = a + s.a * b (add, sub with negated alpha), a * b, a / b, pow(a, b).
+enum class BinaryOp : uint8_t { kAdd, kMul, kDiv, kPow, kCount };
+using BinaryFn = void(const Tensor& out, const Tensor& a, const Tensor& b, Scalars s);
+const DispatchTable<BinaryFn>& binary_kernel(BinaryOp op);
+
+// Fused pieces of binary backward formulas, one pass and one rounding each: out = f(g, a, b) with
+// g the output gradient and a, b the forward operands (broadcast to g's shape).
+//   div_grad_b:        -g * a / b^2
+//   pow_grad_base:     g * b * a^(b - 1), 0 where b == 0 (PyTorch)
+//   pow_grad_exponent: g * a^b * log(a), 0 where a == 0 and b >= 0 (PyTorch)
+enum class TernaryOp : uint8_t { kDivGradB, kPowGradBase, kPowGradExponent, kCount };
+using TernaryFn = void(const Tensor& out, const Tensor& g, const Tensor& a, const Tensor& b);
+const DispatchTable<TernaryFn>& ternary_kernel(TernaryOp op);
+
+// Selection, any dtype (no arithmetic, values are copied bit for bit):
+//   where: out = cond ? a : b          (cond bool; a, b and out share a dtype)
+//   masked_fill: out = mask ? value : x (mask bool; value converted once to out's dtype)
+using WhereFn = void(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+using MaskedFillFn = void(const Tensor& out, const Tensor& x, const Tensor& mask, double value);
+const DispatchTable<WhereFn>& where_kernel();
+const DispatchTable<MaskedFillFn>& masked_fill_kernel();
+
+// Comparisons, any dtype, bool output. eq compares two same-dtype tensors; gt/lt compare with a
+// double scalar converted to the compute type (as PyTorch: 0.1 is compared as 0.1f with a float32
+// tensor; fp32 for 16-bit tensors; integers are compared in fp64).
+enum class CompareOp : uint8_t { kGt, kLt, kCount };
+using CompareFn = void(const Tensor& out, const Tensor& a, const Tensor& b);
+using CompareScalarFn = void(const Tensor& out, const Tensor& a, double b);
+const DispatchTable<CompareFn>& eq_kernel();
+const DispatchTable<CompareScalarFn>& compare_scalar_kernel(CompareOp op);
+
+// Registers Kernel<T> for every dtype (the floating ones through register_floating). Belongs next to
+// register_floating in kernels/dispatch.h; kept here until that header is next edited.
+template <template <typename> class Kernel, typename Fn>
+void register_all_dtypes(DispatchTable<Fn>& table, DeviceType device) {
+  register_floating<Kernel>(table, device);
+  table.set(device, kInt32, &Kernel<int32_t>::run);
+  table.set(device, kInt64, &Kernel<int64_t>::run);
+  table.set(device, kUInt8, &Kernel<uint8_t>::run);
+  table.set(device, kBool, &Kernel<bool>::run);
+}
+
+// Which vector instruction set the CPU elementwise compute loops use. Chosen once from cpuid (the
+// best the CPU and OS support); tests switch it to check every variant against the generic one.
+// Variants may differ in the last bit (FMA contraction), never in the thread-count independence.
+enum class CpuIsa : uint8_t { kGeneric, kAvx2, kAvx512 };
+CpuIsa elementwise_isa();
+bool cpu_supports_isa(CpuIsa isa);
+// Selects `isa` (must be supported); returns the previous one.
+CpuIsa set_elementwise_isa(CpuIsa isa);
+
+}  // namespace mixtrain::kernels

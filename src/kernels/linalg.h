@@ -1,0 +1,60 @@
+// Kernel tables of the linalg family (front-ends in src/ops/linalg.cpp; kernels in
+// src/kernels/onednn/matmul.cpp and src/kernels/cpu/ref/).
+//
+// Accumulation dtype: fp32 for fp32, bf16 and fp16 (16-bit values are exact in fp32; the result is
+// rounded once on store); fp64 for fp64 (the scalar reference loop, used for gradient checks).
+//   fp32  oneDNN f32 matmul
+//   bf16  oneDNN bf16 matmul (bf16 inputs, f32 accumulation), or -- where that is slower than
+//         fp32, see Bf16Path -- operands converted exactly to fp32, the f32 matmul, one rounding
+//   fp16  always the fp32 route: oneDNN 2.6 has no f16 matmul on CPUs (DESIGN.md section 4)
+//   fp64  reference loop
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/dispatch.h"
+#include "mixtrain/tensor.h"
+
+namespace mixtrain::kernels {
+
+// out[..., n, m] = a[..., n, k] @ b[..., k, m] (+ bias[m]).
+// a, b and out have the same rank (>= 2); each batch dim of a and b equals out's or is 1
+// (broadcast). a and b may have any strides: transposed operands are passed to oneDNN as strided
+// memory descriptors, not copied (only layouts oneDNN cannot take are made contiguous first).
+// out is contiguous. a, b, bias (optional, contiguous, [m]) and out share one floating dtype.
+using MatmulFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+const DispatchTable<MatmulFn>& matmul_kernel();
+
+// out[j] = sum_i x[i, j] for a 2-D x of any strides; out is 1-D, contiguous, x's dtype. The bias
+// gradient of linear. Accumulation fp32 (fp64 for fp64); independent of the thread count.
+void sum_rows(const Tensor& x, const Tensor& out);
+
+// out (contiguous, same rank and dtype as x, each dim equal to x's or 1) = x summed over the dims
+// where out has size 1: the gradient of a broadcast batch dim of matmul.
+void sum_to_size(const Tensor& x, const Tensor& out);
+
+// How bfloat16 matmuls and convolutions compute. kNative runs oneDNN's bf16 kernels; kFp32
+// converts the operands exactly to fp32, runs the fp32 kernel and rounds the result once (the same
+// numerics: bf16 inputs, fp32 accumulation). kAuto picks kNative on CPUs with AMX and kFp32
+// elsewhere: without AMX, oneDNN 2.6's bf16 kernels run on AVX512-BF16 dot products, which on the
+// Sapphire/Emerald Rapids cores measured here retire half the flops per cycle of fp32 FMAs
+// (docs/performance.md). The environment variable MIXTRAIN_BF16_PATH=native|fp32 overrides kAuto.
+enum class Bf16Path : uint8_t { kAuto, kNative, kFp32 };
+void set_bf16_path(Bf16Path path);
+Bf16Path bf16_path();  // the resolved path: kNative or kFp32
+
+// oneDNN primitive caches (matmul and conv), shared counters: primitives created (cache misses)
+// and cache hits since the process started.
+struct PrimitiveCacheStats {
+  int64_t created = 0;
+  int64_t hits = 0;
+};
+PrimitiveCacheStats primitive_cache_stats();
+
+// The oneDNN implementation a matmul of these operands runs ("brg:avx512_core", "gemm:jit", ...),
+// creating (and caching) its primitive; "" when the dtype does not run through oneDNN (fp64).
+// Tests use it to check that no layout falls back to oneDNN's slow reference kernels.
+std::string matmul_impl_info(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+
+}  // namespace mixtrain::kernels

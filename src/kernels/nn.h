@@ -1,0 +1,72 @@
+// Kernel tables of the nn ops: softmax / log_softmax (and the scaled, causally masked softmax of
+// attention), layer_norm, max/avg pooling and dropout. Every table is keyed by the dtype of the
+// op's floating input (the tensor the gradient flows back to); kernels that also write another
+// floating dtype (softmax with an output dtype) dispatch on it inside.
+//
+// Tensors handed to these kernels are contiguous unless stated; the front-ends in src/ops/nn_*.cpp
+// check shapes and make them so.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dispatch.h"
+#include "mixtrain/tensor.h"
+
+namespace mixtrain::kernels {
+
+// ---- softmax (src/kernels/cpu/nn_softmax.cpp). x and y are viewed as [outer, n, inner] with the
+// softmax taken over n. `scale` multiplies x first; `causal` (inner == 1 only) keeps, in row r,
+// the first (r % causal_rows) + 1 entries and writes 0 after them (attention's is_causal with the
+// query index r % causal_rows).
+struct SoftmaxParams {
+  int64_t outer = 1, n = 1, inner = 1;
+  bool log = false;
+  double scale = 1.0;
+  bool causal = false;
+  int64_t causal_rows = 1;
+};
+// y may have another floating dtype than x (softmax(x, dim, dtype)).
+using SoftmaxFwdFn = void(const Tensor& x, const Tensor& y, const SoftmaxParams& p);
+// gy has y's dtype; gx has x's dtype (the table key).
+using SoftmaxBwdFn = void(const Tensor& gy, const Tensor& y, const Tensor& gx, const SoftmaxParams& p);
+extern DispatchTable<SoftmaxFwdFn> softmax_fwd;
+extern DispatchTable<SoftmaxBwdFn> softmax_bwd;
+
+// ---- layer_norm (src/kernels/cpu/nn_norm.cpp). x [rows, cols]; weight/bias [cols] of any floating
+// dtype or undefined; mean/rstd [rows] in the opmath dtype (fp32, fp64 for fp64 input).
+using LayerNormFwdFn = void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                            const Tensor& mean, const Tensor& rstd, double eps);
+// gx [rows, cols] in x's dtype; gweight/gbias [cols] in weight's/bias's dtypes, undefined when not
+// wanted. Weight and bias gradients sum rows in fixed blocks (fp32), then the blocks in order: the
+// result does not depend on the thread count.
+using LayerNormBwdFn = void(const Tensor& gy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                            const Tensor& rstd, const Tensor& gx, const Tensor& gweight, const Tensor& gbias);
+extern DispatchTable<LayerNormFwdFn> layer_norm_fwd;
+extern DispatchTable<LayerNormBwdFn> layer_norm_bwd;
+
+// ---- pooling (src/kernels/cpu/nn_pool.cpp). x [N, C, H, W] -> y [N, C, OH, OW].
+struct Pool2dParams {
+  int64_t kh, kw, sh, sw, ph, pw;
+};
+// argmax: int32 [N, C, OH, OW], the index within the H*W plane of each maximum (first on ties).
+using MaxPool2dFwdFn = void(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool2dParams& p);
+using MaxPool2dBwdFn = void(const Tensor& gy, const Tensor& argmax, const Tensor& gx);
+// Divisor: the window clipped to the padded input (PyTorch's count_include_pad=True).
+using AvgPool2dFwdFn = void(const Tensor& x, const Tensor& y, const Pool2dParams& p);
+using AvgPool2dBwdFn = void(const Tensor& gy, const Tensor& gx, const Pool2dParams& p);
+extern DispatchTable<MaxPool2dFwdFn> max_pool2d_fwd;
+extern DispatchTable<MaxPool2dBwdFn> max_pool2d_bwd;
+extern DispatchTable<AvgPool2dFwdFn> avg_pool2d_fwd;
+extern DispatchTable<AvgPool2dBwdFn> avg_pool2d_bwd;
+
+// ---- dropout (src/kernels/cpu/nn_dropout.cpp). Element i is kept when the Philox output
+// philox(first_block + i / 4, seed)[i % 4], as a 24-bit uniform in [0, 1), is below 1 - p.
+// mask: uint8 (1 kept, 0 dropped); y = x * mask / (1 - p).
+using DropoutFwdFn = void(const Tensor& x, const Tensor& y, const Tensor& mask, double p, uint64_t seed,
+                          uint64_t first_block);
+// gx = gy * mask * scale.
+using DropoutBwdFn = void(const Tensor& gy, const Tensor& mask, const Tensor& gx, double scale);
+extern DispatchTable<DropoutFwdFn> dropout_fwd;
+extern DispatchTable<DropoutBwdFn> dropout_bwd;
+
+}  // namespace mixtrain::kernels

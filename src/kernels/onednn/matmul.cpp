@@ -1,0 +1,227 @@
+// Matmul kernels: oneDNN matmul primitives for fp32 and bf16, the fp32 route for fp16 (and for
+// bf16 where Bf16Path says so), the reference loop for fp64.
+//
+// Accumulation dtype: fp32 (oneDNN accumulates bf16 products in fp32; fp16/bf16 operands on the
+// fp32 route are widened exactly), fp64 for fp64. 16-bit results are rounded once on store.
+//
+// Primitives are cached per (shapes, strides, dtypes, bias): the strides are part of the key
+// because a oneDNN primitive is compiled for one memory layout. A transposed operand (a .t() view,
+// or the B^T / A^T of a backward pass) is described to oneDNN with its strides, so no copy is made;
+// layouts oneDNN cannot address (a matrix with neither unit row nor unit column stride) are made
+// contiguous first. If oneDNN would run an accepted layout on its slow reference kernel, the cache
+// remembers that and the operands are made contiguous instead.
+#include <cstring>
+#include <memory>
+
+#include "kernels/copy.h"
+#include "kernels/cpu/ref/linalg_ref.h"
+#include "kernels/linalg.h"
+#include "kernels/onednn/common.h"
+#include "kernels/onednn/primitive_cache.h"
+
+namespace mixtrain::kernels {
+namespace {
+
+using dnnl::memory;
+
+// Everything a matmul primitive depends on. int64 fields only (see primitive_cache.h).
+struct MatmulKey {
+  int64_t rank;
+  int64_t a_dt, b_dt, c_dt, bias_dt;  // bias_dt -1: no bias
+  int64_t a_dims[kMaxDims], a_strides[kMaxDims];
+  int64_t b_dims[kMaxDims], b_strides[kMaxDims];
+  int64_t c_dims[kMaxDims];
+};
+
+struct MatmulEntry {
+  bool reference_only = false;  // oneDNN offers only its reference kernel for this layout
+  dnnl::matmul prim;
+  dnnl::matmul::primitive_desc pd;
+  memory::desc a_md, b_md, bias_md, c_md;
+};
+
+// Entries are shared, immutable once built: a hit copies one pointer, not the descriptors.
+using EntryPtr = std::shared_ptr<const MatmulEntry>;
+
+onednn::PrimitiveCache<MatmulKey, EntryPtr>& cache() {
+  static onednn::PrimitiveCache<MatmulKey, EntryPtr> c(1024);
+  return c;
+}
+
+// dims/strides of one operand as oneDNN will see them.
+struct Layout {
+  Shape dims, strides;
+};
+
+// Describes `t` (rank >= 2) to oneDNN; false when its matrix layout needs a copy.
+bool describe_operand(const Tensor& t, Layout& L) {
+  const int r = t.dim();
+  L.dims = t.shape();
+  L.strides = t.strides();
+  // An expanded batch dim (stride 0) is a broadcast; size 1 says the same to oneDNN.
+  for (int d = 0; d < r - 2; ++d)
+    if (L.dims[d] > 1 && L.strides[d] == 0) L.dims[d] = 1;
+  const int64_t rows = L.dims[r - 2], cols = L.dims[r - 1];
+  int64_t& sr = L.strides[r - 2];
+  int64_t& sc = L.strides[r - 1];
+  if ((cols == 1 || sc == 1) && (rows == 1 || sr >= cols)) {  // row-major ("ab")
+    sc = 1;
+    if (rows == 1) sr = cols;
+  } else if ((rows == 1 || sr == 1) && (cols == 1 || sc >= rows)) {  // column-major ("ba"): a transpose
+    sr = 1;
+    if (cols == 1) sc = rows;
+  } else {
+    return false;
+  }
+  // Size-1 batch dims are never stepped over; give them a stride past the data so the descriptor
+  // looks like an ordinary plain layout.
+  int64_t span = sr * (rows - 1) + sc * (cols - 1) + 1;
+  for (int d = r - 3; d >= 0; --d) {
+    if (L.dims[d] == 1) L.strides[d] = span;
+    span += L.strides[d] * (L.dims[d] - 1);
+  }
+  return true;
+}
+
+memory::dims to_dims(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+
+EntryPtr create(const MatmulKey& key, const Layout& a, const Layout& b, const Tensor& bias, const Tensor& out) {
+  auto ep = std::make_shared<MatmulEntry>();
+  MatmulEntry& e = *ep;
+  const int r = static_cast<int>(key.rank);
+  e.a_md = memory::desc(to_dims(a.dims), static_cast<memory::data_type>(key.a_dt), to_dims(a.strides));
+  e.b_md = memory::desc(to_dims(b.dims), static_cast<memory::data_type>(key.b_dt), to_dims(b.strides));
+  e.c_md = memory::desc(to_dims(out.shape()), static_cast<memory::data_type>(key.c_dt), to_dims(out.strides()));
+  if (bias.defined()) {
+    memory::dims bd(r, 1);
+    bd[r - 1] = out.size(-1);
+    memory::dims bs(r, bd[r - 1]);  // contiguous strides of [1, ..., 1, m]
+    bs[r - 1] = 1;
+    e.bias_md = memory::desc(bd, static_cast<memory::data_type>(key.bias_dt), bs);
+  }
+  dnnl::matmul::desc desc = bias.defined() ? dnnl::matmul::desc(e.a_md, e.b_md, e.bias_md, e.c_md)
+                                           : dnnl::matmul::desc(e.a_md, e.b_md, e.c_md);
+  e.pd = dnnl::matmul::primitive_desc(desc, onednn::base_attr(), onednn::engine());
+  if (std::strncmp(e.pd.impl_info_str(), "ref", 3) == 0) {
+    e.reference_only = true;
+    return ep;
+  }
+  e.prim = dnnl::matmul(e.pd);
+  return ep;
+}
+
+// Looks up (or creates) the primitive for these operands; `a`/`b` layouts already described.
+EntryPtr lookup(const Layout& a, const Layout& b, const Tensor& a_t, const Tensor& b_t, const Tensor& bias,
+                   const Tensor& out) {
+  MatmulKey key{};
+  key.rank = out.dim();
+  key.a_dt = static_cast<int64_t>(onednn::to_dnnl(a_t.dtype()));
+  key.b_dt = static_cast<int64_t>(onednn::to_dnnl(b_t.dtype()));
+  key.c_dt = static_cast<int64_t>(onednn::to_dnnl(out.dtype()));
+  key.bias_dt = bias.defined() ? static_cast<int64_t>(onednn::to_dnnl(bias.dtype())) : -1;
+  for (int d = 0; d < out.dim(); ++d) {
+    key.a_dims[d] = a.dims[d];
+    key.a_strides[d] = a.strides[d];
+    key.b_dims[d] = b.dims[d];
+    key.b_strides[d] = b.strides[d];
+    key.c_dims[d] = out.size(d);
+  }
+  return cache().get(key, [&] { return create(key, a, b, bias, out); });
+}
+
+// oneDNN matmul of operands with oneDNN dtypes (f32, or bf16 inputs with bf16/f32 output).
+void run_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out) {
+  Tensor a = a_in, b = b_in;
+  Layout la, lb;
+  if (!describe_operand(a, la)) describe_operand(a = a.contiguous(), la);
+  if (!describe_operand(b, lb)) describe_operand(b = b.contiguous(), lb);
+  EntryPtr ep = lookup(la, lb, a, b, bias, out);
+  const MatmulEntry& e = *ep;
+  if (e.reference_only) {
+    MT_INTERNAL_ASSERT(!(a.is_contiguous() && b.is_contiguous()), "oneDNN offers only a reference matmul for ",
+                       describe(a), " @ ", describe(b));
+    run_onednn(a.contiguous(), b.contiguous(), bias, out);
+    return;
+  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, onednn::wrap(e.a_md, a)},
+                                       {DNNL_ARG_WEIGHTS, onednn::wrap(e.b_md, b)},
+                                       {DNNL_ARG_DST, onednn::wrap(e.c_md, out)}};
+  if (bias.defined()) args[DNNL_ARG_BIAS] = onednn::wrap(e.bias_md, bias);
+  onednn::execute(e.prim, e.pd, args);
+}
+
+// Expanded (stride-0) batch dims become size-1 views, so conversions do not materialise them.
+Tensor squash_expanded(const Tensor& t) {
+  Tensor v = t.detach();
+  for (int d = 0; d < t.dim() - 2; ++d)
+    if (v.size(d) > 1 && v.stride(d) == 0) v = v.slice(d, 0, 1);
+  return v;
+}
+
+// 16-bit operands widened exactly to fp32, the fp32 primitive, one rounding into `out`.
+void run_via_fp32(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  Tensor a32 = onednn::to_fp32_same_layout(squash_expanded(a));
+  Tensor b32 = onednn::to_fp32_same_layout(squash_expanded(b));
+  Tensor bias32 = bias.defined() ? bias.detach().to(kFloat32) : Tensor();
+  Tensor out32 = out.dtype() == kFloat32 ? out : Tensor::empty(out.shape(), kFloat32, out.device());
+  run_onednn(a32, b32, bias32, out32);
+  if (!out32.is_same(out)) copy(out, out32);
+}
+
+// Shapes oneDNN refuses (an empty K) or that need no work.
+bool handle_degenerate(const Tensor& a, const Tensor& bias, const Tensor& out) {
+  if (out.numel() == 0) return true;
+  if (a.size(-1) != 0) return false;
+  if (bias.defined()) {
+    copy(out, bias.expand(out.shape()));
+  } else {
+    fill(out, 0.0);
+  }
+  return true;
+}
+
+void matmul_fp32(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  if (!handle_degenerate(a, bias, out)) run_onednn(a, b, bias, out);
+}
+
+void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  if (handle_degenerate(a, bias, out)) return;
+  if (bf16_path() == Bf16Path::kNative) {
+    run_onednn(a, b, bias, out);
+  } else {
+    run_via_fp32(a, b, bias, out);
+  }
+}
+
+void matmul_fp16(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  if (!handle_degenerate(a, bias, out)) run_via_fp32(a, b, bias, out);
+}
+
+void matmul_fp64(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  ref::matmul(a, b, bias, out);
+}
+
+}  // namespace
+
+const DispatchTable<MatmulFn>& matmul_kernel() {
+  static const DispatchTable<MatmulFn> table = [] {
+    DispatchTable<MatmulFn> t("matmul");
+    t.set(kCPU, kFloat32, &matmul_fp32);
+    t.set(kCPU, kBFloat16, &matmul_bf16);
+    t.set(kCPU, kFloat16, &matmul_fp16);
+    t.set(kCPU, kFloat64, &matmul_fp64);
+    return t;
+  }();
+  return table;
+}
+
+std::string matmul_impl_info(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out) {
+  if (out.dtype() != kFloat32 && out.dtype() != kBFloat16) return "";
+  Tensor a = a_in, b = b_in;
+  Layout la, lb;
+  if (!describe_operand(a, la)) describe_operand(a = a.contiguous(), la);
+  if (!describe_operand(b, lb)) describe_operand(b = b.contiguous(), lb);
+  return lookup(la, lb, a, b, bias, out)->pd.impl_info_str();
+}
+
+}  // namespace mixtrain::kernels

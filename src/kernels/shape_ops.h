@@ -1,0 +1,44 @@
+// Kernels that gather and scatter rows by an integer index: index_select and embedding forward
+// (gather) and backward (scatter-add), and the index validation the index-taking ops share
+// (cross_entropy and nll_loss targets included). src/kernels/cpu/shape_ops.cpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "kernels/dispatch.h"
+#include "mixtrain/error.h"
+#include "mixtrain/tensor.h"
+
+namespace mixtrain::kernels {
+
+// Calls f.template operator()<I>() with I = int32_t or int64_t for an index tensor's dtype.
+template <typename F>
+decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case kInt32: return f.template operator()<int32_t>();
+    case kInt64: return f.template operator()<int64_t>();
+    default: MT_FAIL(op, ": expected an int64 or int32 index tensor, got ", dtype);
+  }
+}
+
+// The first position (row-major) of a contiguous int32/int64 `index` whose value is outside
+// [0, bound) and is not `ignore`, with that value; nullopt when every value is valid.
+struct BadIndex {
+  int64_t position;
+  int64_t value;
+};
+std::optional<BadIndex> find_bad_index(const Tensor& index, int64_t bound, std::optional<int64_t> ignore = std::nullopt);
+
+// out[o, j, :] = src[o, index[j], :] with src viewed as [outer, n, inner] and out as [outer, m, inner]
+// (both contiguous, same dtype, any dtype: rows are copied as bytes). index: contiguous int32/int64
+// of m values in [0, n), already validated.
+void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner);
+
+// gx[o, k, :] = sum over j with index[j] == k of gy[o, j, :], in increasing j (fp32 accumulation,
+// fp64 for fp64), zero for rows no index names. Deterministic for any thread count: each output row
+// is summed by one thread in index order. gy [outer, m, inner], gx [outer, n, inner], contiguous.
+using ScatterAddRowsFn = void(const Tensor& gy, const Tensor& index, const Tensor& gx, int64_t outer, int64_t inner);
+extern DispatchTable<ScatterAddRowsFn> scatter_add_rows;
+
+}  // namespace mixtrain::kernels

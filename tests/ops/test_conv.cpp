@@ -1,0 +1,193 @@
+// conv2d forward and backward: the oneDNN paths (fp32, bf16 native and via fp32, fp16 via fp32)
+// against the fp64 reference loops for stride / padding / dilation / groups combinations, fp64
+// finite-difference checks, 16-bit gradients against fp32 ones, and error messages.
+#include <gtest/gtest.h>
+
+#include "kernels/conv.h"
+#include "mixtrain/autograd.h"
+#include "mixtrain/nn/functional.h"
+#include "ops/test_linalg_util.h"
+
+namespace mixtrain::testing {
+namespace {
+
+namespace F = nn::functional;
+using kernels::Bf16Path;
+using TL = std::vector<Tensor>;
+
+struct ConvCase {
+  const char* name;
+  Shape x, w;
+  F::Conv2dOptions o;
+};
+
+const ConvCase kCases[] = {
+    {"3x3 pad 1", {2, 8, 9, 9}, {16, 8, 3, 3}, {.padding_h = 1, .padding_w = 1}},
+    {"stride 2", {2, 6, 11, 10}, {8, 6, 3, 3}, {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1}},
+    {"dilation 2", {1, 4, 12, 12}, {6, 4, 3, 3}, {.padding_h = 2, .padding_w = 2, .dilation_h = 2, .dilation_w = 2}},
+    {"groups 2", {2, 8, 7, 7}, {12, 4, 3, 3}, {.padding_h = 1, .padding_w = 1, .groups = 2}},
+    {"depthwise", {2, 8, 8, 8}, {8, 1, 3, 3}, {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1, .groups = 8}},
+    {"1x1", {3, 16, 5, 5}, {32, 16, 1, 1}, {}},
+    {"3-channel input", {2, 3, 16, 16}, {16, 3, 5, 5}, {.padding_h = 2, .padding_w = 2}},
+    {"asymmetric", {2, 4, 9, 7}, {6, 4, 3, 1}, {.stride_h = 2, .stride_w = 1, .padding_h = 0, .padding_w = 1}},
+    // floor rounding leaves the last input row unused (oneDNN's right padding would be negative)
+    {"stride 3 floor", {1, 4, 7, 8}, {4, 4, 3, 3}, {.stride_h = 3, .stride_w = 3}},
+    {"all combined", {2, 6, 10, 9}, {9, 2, 3, 2},
+     {.stride_h = 2, .stride_w = 1, .padding_h = 1, .padding_w = 2, .dilation_h = 2, .dilation_w = 1, .groups = 3}},
+};
+
+kernels::Conv2dGeometry geometry(const F::Conv2dOptions& o) {
+  return {o.stride_h, o.stride_w, o.padding_h, o.padding_w, o.dilation_h, o.dilation_w, o.groups};
+}
+
+Shape out_shape(const ConvCase& c) {
+  const auto& o = c.o;
+  return {c.x[0], c.w[0], (c.x[2] + 2 * o.padding_h - o.dilation_h * (c.w[2] - 1) - 1) / o.stride_h + 1,
+          (c.x[3] + 2 * o.padding_w - o.dilation_w * (c.w[3] - 1) - 1) / o.stride_w + 1};
+}
+
+struct Mode {
+  DType dtype;
+  Bf16Path path;
+};
+const Mode kModes[] = {{kFloat32, Bf16Path::kAuto},
+                       {kBFloat16, Bf16Path::kNative},
+                       {kBFloat16, Bf16Path::kFp32},
+                       {kFloat16, Bf16Path::kAuto}};
+
+TEST(Conv2d, ForwardAndBackwardAgainstReference) {
+  for (const ConvCase& c : kCases) {
+    for (const Mode& m : kModes) {
+      for (bool with_bias : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << c.name << ", " << name(m.dtype) << " (" << path_name(m.path) << ")"
+                                        << (with_bias ? ", bias" : ", no bias"));
+        Bf16PathGuard guard(m.path);
+        Tensor x = uniform_input(c.x, m.dtype, 1).requires_grad_();
+        Tensor w = uniform_input(c.w, m.dtype, 2).requires_grad_();
+        Tensor b = with_bias ? uniform_input({c.w[0]}, m.dtype, 3).requires_grad_() : Tensor();
+        Tensor y = F::conv2d(x, w, b, c.o);
+        ASSERT_EQ(y.shape(), out_shape(c));
+        EXPECT_EQ(y.dtype(), m.dtype);
+        const auto g = geometry(c.o);
+        Tensor y_ref = Tensor::empty(y.shape(), kFloat64);
+        kernels::ref::conv2d_forward(x, w, b, y_ref, g);
+        EXPECT_CLOSE(y, y_ref, gemm_tol(m.dtype));
+
+        Tensor gy = uniform_input(y.shape(), m.dtype, 4);
+        y.backward(gy);
+        Tensor gx_ref = Tensor::empty(c.x, kFloat64), gw_ref = Tensor::empty(c.w, kFloat64);
+        Tensor gb_ref = with_bias ? Tensor::empty({c.w[0]}, kFloat64) : Tensor();
+        kernels::ref::conv2d_backward_data(gy, w, gx_ref, g);
+        kernels::ref::conv2d_backward_weights(gy, x, gw_ref, gb_ref, g);
+        EXPECT_EQ(x.grad().dtype(), m.dtype);
+        EXPECT_CLOSE(x.grad(), gx_ref, gemm_tol(m.dtype));
+        EXPECT_CLOSE(w.grad(), gw_ref, gemm_tol(m.dtype));
+        if (with_bias) EXPECT_CLOSE(b.grad(), gb_ref, gemm_tol(m.dtype));
+      }
+    }
+  }
+}
+
+TEST(Conv2d, NoReferenceKernelsForCommonShapes) {
+  // oneDNN picks its JIT kernels (not "ref:any") for the blocked formats the primitives ask for.
+  for (DType dt : {kFloat32, kBFloat16}) {
+    for (int i : {0, 1, 3, 5}) {
+      const ConvCase& c = kCases[i];
+      std::string impl = kernels::conv2d_impl_info(c.x, c.w, true, geometry(c.o), dt);
+      EXPECT_EQ(impl.find("ref"), std::string::npos) << c.name << " " << name(dt) << ": " << impl;
+    }
+  }
+}
+
+TEST(Conv2d, NonContiguousAndUnbatchedInputs) {
+  Tensor base = uniform_input({2, 9, 9, 8}, kFloat32, 5);
+  Tensor x = base.permute({0, 3, 1, 2});  // NHWC memory viewed as NCHW
+  Tensor w = uniform_input({4, 8, 3, 3}, kFloat32, 6);
+  F::Conv2dOptions o{.padding_h = 1, .padding_w = 1};
+  Tensor expected = Tensor::empty({2, 4, 9, 9}, kFloat64);
+  kernels::ref::conv2d_forward(x, w, Tensor(), expected, geometry(o));
+  EXPECT_CLOSE(F::conv2d(x, w, Tensor(), o), expected, kGemmFp32);
+  // [C, H, W] -> [O, Ho, Wo]
+  Tensor y3 = F::conv2d(x.select(0, 1), w, Tensor(), o);
+  EXPECT_EQ(y3.shape(), (Shape{4, 9, 9}));
+  EXPECT_CLOSE(y3, expected.select(0, 1), kGemmFp32);
+}
+
+TEST(Conv2d, SameShapeReusesPrimitives) {
+  Tensor x = uniform_input({1, 5, 13, 11}, kFloat32, 7).requires_grad_();
+  Tensor w = uniform_input({7, 5, 3, 3}, kFloat32, 8).requires_grad_();
+  auto step = [&] { F::conv2d(x, w, Tensor(), {}).backward(ones({1, 7, 11, 9})); };
+  step();
+  const auto before = kernels::primitive_cache_stats();
+  step();
+  step();
+  EXPECT_EQ(kernels::primitive_cache_stats().created, before.created);
+}
+
+TEST(Conv2dGradcheck, Combinations) {
+  struct G {
+    const char* name;
+    Shape x, w;
+    F::Conv2dOptions o;
+    bool bias;
+  };
+  const G cases[] = {
+      {"plain + bias", {2, 2, 5, 5}, {3, 2, 3, 3}, {}, true},
+      {"padding, no bias", {1, 2, 4, 5}, {2, 2, 3, 3}, {.padding_h = 1, .padding_w = 1}, false},
+      {"stride", {1, 2, 7, 6}, {2, 2, 3, 2}, {.stride_h = 2, .stride_w = 3, .padding_h = 1}, true},
+      {"dilation", {1, 1, 7, 7}, {2, 1, 3, 3}, {.padding_w = 1, .dilation_h = 2, .dilation_w = 3}, true},
+      {"groups", {1, 4, 5, 4}, {4, 2, 2, 3}, {.stride_h = 2, .padding_h = 1, .padding_w = 1, .groups = 2}, true},
+  };
+  for (const G& c : cases) {
+    SCOPED_TRACE(c.name);
+    TL inputs{rand_input(c.x, -1, 1, 10), rand_input(c.w, -1, 1, 11)};
+    if (c.bias) inputs.push_back(rand_input({c.w[0]}, -1, 1, 12));
+    auto o = c.o;
+    EXPECT_EQ(gradcheck([o](const TL& t) { return F::conv2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), o); }, inputs),
+              "");
+  }
+}
+
+TEST(Conv2dHalfGrads, MatchFp32Gradients) {
+  const ConvCase& c = kCases[9];  // every option at once
+  for (const Mode& m : kModes) {
+    if (m.dtype == kFloat32) continue;
+    SCOPED_TRACE(::testing::Message() << name(m.dtype) << " (" << path_name(m.path) << ")");
+    Bf16PathGuard guard(m.path);
+    TL in32, in16;
+    uint64_t seed = 20;
+    for (const Shape& s : {c.x, c.w, Shape{c.w[0]}}) {
+      Tensor r = uniform_input(s, m.dtype, seed++);
+      in32.push_back(r.to(kFloat32).requires_grad_());
+      in16.push_back(r.requires_grad_());
+    }
+    Tensor y32 = F::conv2d(in32[0], in32[1], in32[2], c.o), y16 = F::conv2d(in16[0], in16[1], in16[2], c.o);
+    Tensor gy = uniform_input(y16.shape(), m.dtype, 30);
+    y32.backward(gy.to(kFloat32));
+    y16.backward(gy);
+    EXPECT_CLOSE(y16, y32, gemm_tol(m.dtype));
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(in16[i].grad().dtype(), m.dtype);
+      EXPECT_CLOSE(in16[i].grad(), in32[i].grad(), gemm_tol(m.dtype)) << "input " << i;
+    }
+  }
+}
+
+TEST(Conv2dErrors, MessagesNameTheOpAndShapes) {
+  Tensor x = zeros({1, 4, 8, 8});
+  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3, 3}), Tensor(), {.groups = 3}); },
+                    {"conv2d", "groups = 3", "C = 4", "[1, 4, 8, 8]"});
+  expect_error_with([&] { F::conv2d(x, zeros({5, 2, 3, 3}), Tensor(), {.groups = 2}); },
+                    {"conv2d", "groups = 2", "output channels 5", "[5, 2, 3, 3]"});
+  expect_error_with([&] { F::conv2d(x, zeros({6, 3, 3, 3})); }, {"conv2d", "[6, 3, 3, 3]", "[1, 4, 8, 8]"});
+  expect_error_with([&] { F::conv2d(zeros({4, 8}), zeros({6, 4, 3, 3})); }, {"conv2d", "[4, 8]"});
+  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3})); }, {"conv2d", "[6, 4, 3]"});
+  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3, 3}, {.dtype = kBFloat16})); },
+                    {"conv2d", "float32", "bfloat16"});
+  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3, 3}), zeros({5})); }, {"conv2d", "bias", "[5]"});
+  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 9, 3})); }, {"conv2d", "smaller than the dilated kernel"});
+  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3, 3}), Tensor(), {.stride_h = 0}); }, {"conv2d", "stride"});
+}
+
+}  // namespace
+}  // namespace mixtrain::testing
