@@ -70,7 +70,7 @@ Tensor cached_cast(const Tensor& t, DType target, const AutocastState& s) {
   return out;
 }
 
-DType promote_target(PolicyId op, std::initializer_list<Tensor*> inputs, const AutocastState& s) {
+DType promote_target(PolicyId op, std::span<Tensor* const> inputs, const AutocastState& s) {
   DType target = s.dtype;
   for (Tensor* t : inputs) {
     if (t == nullptr || !eligible(*t, s.device_type)) continue;
@@ -85,7 +85,7 @@ DType promote_target(PolicyId op, std::initializer_list<Tensor*> inputs, const A
   return target;
 }
 
-DType apply_rule(PolicyId op, std::initializer_list<Tensor*> inputs) {
+DType apply_rule(PolicyId op, std::span<Tensor* const> inputs) {
   AutocastState& s = state();
   auto [rule, source] = detail::resolve_rule(op);
   MT_CHECK(!(rule.refuse_fp16 && s.dtype == kFloat16), "autocast: ", Policy::name(op), " is refused in a float16 region. ",
@@ -197,7 +197,7 @@ DType autocast_inputs(PolicyId op, std::initializer_list<Tensor*> inputs) {
       if (t && t->defined()) return t->dtype();
     return kFloat32;
   }
-  return apply_rule(op, inputs);
+  return apply_rule(op, std::span<Tensor* const>(inputs.begin(), inputs.size()));
 }
 
 }  // namespace mixtrain::amp
@@ -217,7 +217,7 @@ AutocastRegionGuard::~AutocastRegionGuard() {
   if (suspended_) --amp::detail::state().suspended;
 }
 
-AutocastRegionGuard autocast_slow(OpId op, std::initializer_list<Tensor*> inputs) {
+AutocastRegionGuard autocast_slow(OpId op, std::span<Tensor* const> inputs) {
   amp::apply_rule(amp::policy_id(op), inputs);
   return AutocastRegionGuard(true);
 }

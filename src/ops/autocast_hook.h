@@ -10,6 +10,8 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
+#include <vector>
 
 #include "mixtrain/op_id.h"
 #include "mixtrain/tensor.h"
@@ -35,11 +37,20 @@ bool autocast_active();
 
 // Applies `op`'s policy to `inputs` (pointers to the front-end's local copies; nulls and undefined
 // tensors are skipped).
-AutocastRegionGuard autocast_slow(OpId op, std::initializer_list<Tensor*> inputs);
+AutocastRegionGuard autocast_slow(OpId op, std::span<Tensor* const> inputs);
 
 inline AutocastRegionGuard autocast(OpId op, std::initializer_list<Tensor*> inputs) {
   if (!autocast_active()) return AutocastRegionGuard();
-  return autocast_slow(op, inputs);
+  return autocast_slow(op, std::span<Tensor* const>(inputs.begin(), inputs.size()));
+}
+
+// For ops taking a runtime-length list (cat, stack): casts the elements of `inputs` in place.
+inline AutocastRegionGuard autocast(OpId op, std::vector<Tensor>& inputs) {
+  if (!autocast_active()) return AutocastRegionGuard();
+  std::vector<Tensor*> ptrs;
+  ptrs.reserve(inputs.size());
+  for (Tensor& t : inputs) ptrs.push_back(&t);
+  return autocast_slow(op, ptrs);
 }
 
 }  // namespace mixtrain::ops

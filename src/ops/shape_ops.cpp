@@ -47,11 +47,9 @@ void record_split_backward(const char* op, const std::vector<Tensor>& inputs, co
 
 }  // namespace
 
-// autocast's hook takes a braced list of inputs, which a runtime-length list cannot form. cat and
-// stack have the promote policy, which is exactly the promotion they do themselves, so the hook is
-// called for its region guard and explain record only.
-Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  auto region = ops::autocast(OpId::k_cat, {});
+Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
+  std::vector<Tensor> tensors = inputs;
+  auto region = ops::autocast(OpId::k_cat, tensors);
   const DType dtype = common_dtype("cat", tensors);
   const Tensor& first = tensors[0];
   MT_CHECK(first.dim() > 0, "cat: zero-dimensional tensor 0 ", describe(first), " cannot be concatenated");
@@ -81,8 +79,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   return out;
 }
 
-Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
-  auto region = ops::autocast(OpId::k_stack, {});
+Tensor stack(const std::vector<Tensor>& inputs, int64_t dim) {
+  std::vector<Tensor> tensors = inputs;
+  auto region = ops::autocast(OpId::k_stack, tensors);
   const DType dtype = common_dtype("stack", tensors);
   const Tensor& first = tensors[0];
   for (size_t i = 0; i < tensors.size(); ++i) {
