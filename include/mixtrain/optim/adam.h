@@ -1,0 +1,66 @@
+// mixtrain/optim/adam.h: Adam and AdamW (decoupled weight decay), with amsgrad and bias
+// correction: PyTorch's torch.optim.Adam / AdamW update, fused over all parameters of a group.
+//
+//   g = grad * inv_scale
+//   Adam:  g = g + weight_decay * p          AdamW: p = p * (1 - lr * weight_decay)
+//   m = lerp(m, g, 1 - beta1)                v = beta2 * v + (1 - beta2) * g * g
+//   v_hat = amsgrad ? (v_max = max(v_max, v)) : v
+//   p = p - lr / (1 - beta1^t) * m / (sqrt(v_hat) / sqrt(1 - beta2^t) + eps)
+//
+// t is the parameter's own step count (skipped steps do not count). The bias-correction scalars are
+// computed in double and rounded to fp32; all element math is fp32 and the moments are fp32; 16-bit
+// parameters update an fp32 master (see optimizer.h).
+#pragma once
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "mixtrain/optim/optimizer.h"
+
+namespace mixtrain::optim {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  std::optional<double> weight_decay;  // unset: 0 for Adam, 1e-2 for AdamW (PyTorch's defaults)
+  bool amsgrad = false;
+  bool master_weights = true;  // fp32 masters for 16-bit parameters (no effect on fp32 ones)
+};
+
+class Adam : public Optimizer {
+ public:
+  explicit Adam(std::vector<Tensor> params, const AdamOptions& options = {});
+  explicit Adam(std::vector<NamedParameter> params, const AdamOptions& options = {});
+  explicit Adam(std::vector<ParamGroupSpec<AdamOptions>> groups);
+
+  const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  // The options of a group (weight_decay always set after construction); mutable between steps.
+  AdamOptions& options(size_t group = 0) { return options_.at(group); }
+  const AdamOptions& options(size_t group = 0) const { return options_.at(group); }
+
+  double lr(size_t group = 0) const override { return options_.at(group).lr; }
+  using Optimizer::set_lr;
+  void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
+
+ protected:
+  Adam(std::vector<ParamGroupSpec<AdamOptions>> groups, bool decoupled_weight_decay);
+  void step_group(size_t g, float inv_scale) override;
+  std::map<std::string, double> group_hyperparameters(size_t g) const override;
+  void set_group_hyperparameters(size_t g, const std::map<std::string, double>& values) override;
+
+ private:
+  bool decoupled_;
+  std::vector<AdamOptions> options_;
+};
+
+// Adam with decoupled weight decay (Loshchilov & Hutter); weight_decay defaults to 1e-2.
+class AdamW : public Adam {
+ public:
+  explicit AdamW(std::vector<Tensor> params, const AdamOptions& options = {});
+  explicit AdamW(std::vector<NamedParameter> params, const AdamOptions& options = {});
+  explicit AdamW(std::vector<ParamGroupSpec<AdamOptions>> groups);
+};
+
+}  // namespace mixtrain::optim
