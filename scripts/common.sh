@@ -1,0 +1,76 @@
+# shellcheck shell=bash
+# Shared by scripts/test.sh and scripts/demo.sh (sourced, not run): package installation and the
+# Release build in build/. Callers set -euo pipefail.
+
+MT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MT_BUILD_DIR="${MT_BUILD_DIR:-$MT_ROOT/build}"
+# Extra -D options for the configure step. Set explicitly by the callers, so that what is built
+# does not depend on options cached in an existing build directory.
+MT_CMAKE_OPTIONS=()
+
+mt_heading() { printf '\n==> %s\n' "$*"; }
+mt_die() {
+  printf 'error: %s\n' "$*" >&2
+  exit 1
+}
+
+# Installs the packages of scripts/packages.txt that dpkg does not report as installed. apt-get
+# update runs at most once, and only when something is missing. Works as root (CI) or through sudo.
+mt_install_packages() {
+  mt_heading "Checking Debian packages"
+  if ! command -v dpkg >/dev/null 2>&1; then
+    echo "dpkg not found: not a Debian system; assuming the packages in scripts/packages.txt are installed"
+    return 0
+  fi
+  local required=() optional=() name flag
+  while read -r name flag _ || [[ -n "$name" ]]; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    # "install ok installed": a removed package whose config files remain is also known to dpkg -s.
+    dpkg -s "$name" 2>/dev/null | grep -q '^Status: install ok installed' && continue
+    if [[ "$flag" == optional ]]; then optional+=("$name"); else required+=("$name"); fi
+  done <"$MT_ROOT/scripts/packages.txt"
+  if ((${#required[@]} + ${#optional[@]} == 0)); then
+    echo "all packages present"
+    return 0
+  fi
+  local missing=("${required[@]}" "${optional[@]}")
+  echo "missing: ${missing[*]}"
+
+  local sudo=()
+  if [[ "$(id -u)" -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo -n)  # -n: never prompt (CI has no terminal)
+    else
+      mt_die "not root and no sudo; install as root: apt-get install ${missing[*]}"
+    fi
+  fi
+  local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
+  "${apt[@]}" update </dev/null || mt_die "apt-get update failed"
+  if ((${#required[@]})); then
+    "${apt[@]}" install -y --no-install-recommends "${required[@]}" </dev/null ||
+      mt_die "could not install: ${required[*]}"
+  fi
+  if ((${#optional[@]})); then
+    "${apt[@]}" install -y --no-install-recommends "${optional[@]}" </dev/null ||
+      echo "warning: optional packages not installed: ${optional[*]}" >&2
+  fi
+}
+
+# Configures a Release build in $MT_BUILD_DIR (Ninja, ccache when present) and builds the given
+# targets (everything when none are given).
+mt_build() {
+  mt_heading "Configuring (Release, Ninja) in ${MT_BUILD_DIR#"$MT_ROOT"/}"
+  local cache="$MT_BUILD_DIR/CMakeCache.txt"
+  if [[ -f "$cache" ]] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$cache"; then
+    echo "build directory was made with another generator; starting it afresh"
+    rm -rf "$MT_BUILD_DIR/CMakeCache.txt" "$MT_BUILD_DIR/CMakeFiles"
+  fi
+  local args=(-S "$MT_ROOT" -B "$MT_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${MT_CMAKE_OPTIONS[@]}")
+  if command -v ccache >/dev/null 2>&1; then args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+  cmake "${args[@]}"
+
+  mt_heading "Building ${*:-everything}"
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake --build "$MT_BUILD_DIR" -j "$(nproc)" "${targets[@]}"
+}
