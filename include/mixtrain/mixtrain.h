@@ -32,3 +32,5 @@
 #include "mixtrain/random.h"
 #include "mixtrain/shape.h"
 #include "mixtrain/tensor.h"
+#include "mixtrain/train/precision.h"
+#include "mixtrain/train/trainer.h"

@@ -1,0 +1,68 @@
+// mixtrain/train/precision.h: the one precision switch of the Trainer and the CLI.
+//
+//   precision   fp32: plain fp32 training (no autocast)
+//               bf16: forward + loss under mt::amp::Autocast(kCPU, kBFloat16)
+//               fp16: forward + loss under mt::amp::Autocast(kCPU, kFloat16)
+//   scaler      auto: a GradScaler for fp16 only (bf16 has fp32's exponent range: nothing underflows)
+//               on / off: forced (PyTorch accepts a scaler with any dtype; scaling bf16 is harmless)
+//   parameters  fp32 (default): fp32 weights used through autocast, mode (a) of optim/optimizer.h
+//               bf16 / fp16: the model is converted to that dtype and the optimizer keeps fp32
+//               master weights, mode (b). It must be the precision's own dtype: an fp16 weight in a
+//               bf16 region (or in plain fp32 training) is a dtype mismatch, not a precision mode.
+//
+// The CLI spells the parameter dtype `--master-weights fp32|bf16|fp16`: "fp32" means the fp32
+// parameters are themselves the master weights; "bf16"/"fp16" means 16-bit parameters whose fp32
+// masters live in the optimizer.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/dtype.h"
+#include "mixtrain/nn/module.h"
+
+namespace mixtrain::train {
+
+enum class Precision { kFP32, kBF16, kFP16 };
+enum class ScalerMode { kAuto, kOn, kOff };
+
+struct PrecisionConfig {
+  Precision precision = Precision::kFP32;
+  ScalerMode scaler = ScalerMode::kAuto;
+  // dtype of the model's parameters: kFloat32 (mode a) or the precision's 16-bit dtype (mode b).
+  DType param_dtype = kFloat32;
+  // GradScaler settings when the scaler is on (`enabled` is ignored: the scaler rule decides).
+  amp::GradScalerOptions scaler_options = {};
+};
+
+// "fp32", "bf16", "fp16".
+std::string_view to_string(Precision precision);
+std::string_view to_string(ScalerMode mode);
+// The CLI spelling of a parameter dtype: "fp32", "bf16", "fp16".
+std::string_view short_dtype_name(DType dtype);
+
+// Parse the CLI spellings (also "float32", "bfloat16", "float16"); mt::Error listing the valid
+// values otherwise.
+Precision parse_precision(std::string_view text);
+ScalerMode parse_scaler_mode(std::string_view text);
+DType parse_param_dtype(std::string_view text);
+
+// The autocast dtype of a precision; nullopt for fp32 (no autocast region).
+std::optional<DType> autocast_dtype(Precision precision);
+
+// The scaler rule: on for fp16 under kAuto, else as forced.
+bool uses_scaler(Precision precision, ScalerMode mode);
+inline bool uses_scaler(const PrecisionConfig& config) { return uses_scaler(config.precision, config.scaler); }
+
+// Throws mt::Error when the combination is invalid (a 16-bit parameter dtype that is not the
+// precision's autocast dtype).
+void validate(const PrecisionConfig& config);
+
+// Converts the model's parameters to config.param_dtype (mode b; nothing for fp32). Call it before
+// constructing the optimizer: the optimizer creates the fp32 masters from the 16-bit parameters
+// it is given. The Trainer's optimizer-factory constructor calls it for you.
+void prepare_model(nn::Module& model, const PrecisionConfig& config);
+
+}  // namespace mixtrain::train

@@ -1,0 +1,230 @@
+// mixtrain/train/trainer.h: a training loop with one precision switch, checkpoints, exact resume,
+// metrics and evaluation: what Hugging Face Accelerate's prepare() + loop gives Python users.
+//
+//   auto model = mt::nn::make_model("cnn", /*seed=*/0);
+//   mt::data::FashionMNIST train_set(dir, mt::data::Split::kTrain), test_set(dir, mt::data::Split::kTest);
+//   mt::train::TrainerOptions o;
+//   o.precision = {.precision = mt::train::Precision::kFP16};   // autocast fp16 + GradScaler
+//   o.epochs = 2;
+//   o.out_dir = "runs/cnn-fp16";
+//   mt::train::Trainer trainer(*model, mt::train::adamw(1e-3, 0.01), train_set, &test_set, o);
+//   mt::train::TrainSummary s = trainer.fit();
+//
+// Each step: zero_grad; forward + loss inside mt::amp::Autocast (fp32: no region); backward outside
+// it, through the GradScaler when it is on (scale -> backward -> [unscale_ + clip] -> step -> update).
+//
+// Reproducibility. The data order is the DataLoader's (seed, epoch) permutation; a fresh fit()
+// seeds the default generator with options.seed (dropout without its own generator, user code);
+// Dropout modules keep their own generators, which checkpoints save by module name. A checkpoint
+// holds the model state_dict, the optimizer state (moments, fp32 masters, step counts, group
+// hyperparameters), the GradScaler state, every generator, and the position (step, epoch, batch in
+// the epoch), so fit() from a checkpoint written at step N and run to step N+M gives the parameters
+// of a straight N+M-step run bit for bit (same thread count: reductions are not reordered between
+// runs, but their order depends on the thread count).
+//
+// Files in out_dir (nothing is written when it is empty):
+//   metrics.jsonl            one JSON object per logged step: step, epoch, loss, lr, scale, skipped
+//                            (on resume, lines after the checkpoint's step are dropped first)
+//   summary.json             TrainSummary::to_json()
+//   model.safetensors        the final weights (state_dict, in the parameters' dtype)
+//   checkpoint.safetensors   the final training state (resume from it to train further)
+//   checkpoint-<step>.safetensors  every checkpoint_every steps
+// Every file except metrics.jsonl is written atomically (temporary file, fsync, rename).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixtrain/amp/grad_scaler.h"
+#include "mixtrain/data/dataloader.h"
+#include "mixtrain/data/dataset.h"
+#include "mixtrain/nn/module.h"
+#include "mixtrain/optim/optimizer.h"
+#include "mixtrain/tensor.h"
+#include "mixtrain/train/precision.h"
+
+namespace mixtrain::train {
+
+// (model output, batch target) -> scalar fp32 loss. Called inside the autocast region.
+using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+// Builds the optimizer over the model's (already converted) named parameters.
+using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::NamedParameter>)>;
+
+// AdamW with the given lr and weight decay (the CLI's defaults: 1e-3, 0.01).
+OptimizerFactory adamw(double lr = 1e-3, double weight_decay = 0.01);
+
+// The default loss: cross-entropy of logits [B, C] against int targets [B], or of [B, T, V] against
+// [B, T] (flattened to [B*T, V] and [B*T]: the mean over every token).
+Tensor default_loss(const Tensor& output, const Tensor& target);
+
+// Reported after every step (StepInfo) and every finished epoch (EpochInfo).
+struct StepInfo {
+  int64_t step = 0;         // 1-based global step just completed
+  int64_t total_steps = 0;  // the step fit() stops at
+  int64_t epoch = 0;        // 1-based epoch the step belongs to
+  int64_t epochs = 0;       // epochs the run covers (the last may be partial)
+  int64_t batch = 0;        // 1-based batch within the epoch
+  int64_t batches_per_epoch = 0;
+  double loss = 0;  // the step's loss (before scaling)
+  double lr = 0;
+  double scale = 1;            // loss scale the step used (1 without a scaler)
+  bool skipped = false;        // the GradScaler skipped the update (inf/NaN gradient)
+  double step_ms = 0;          // compute time of the step (data loading excluded)
+  int64_t steps_this_run = 0;  // steps run by this fit() call (fewer than `step` after a resume)
+  double elapsed_s = 0;        // wall time since this fit() call started
+};
+
+struct EvalResult {
+  double loss = 0;                 // mean loss_fn over the targets (per token for a language model)
+  std::optional<double> accuracy;  // argmax == target over the targets, when the output is [..., C] logits
+  int64_t samples = 0;             // examples evaluated
+  int64_t targets = 0;             // targets scored (samples x tokens for a language model)
+  double perplexity() const;       // exp(loss)
+};
+
+struct EpochInfo {
+  int64_t epoch = 0;  // 1-based, the epoch just finished
+  int64_t epochs = 0;
+  int64_t step = 0;
+  double train_loss = 0;  // mean step loss over the epoch
+  std::optional<EvalResult> eval;
+  double seconds = 0;  // wall time of the epoch in this fit() call
+};
+
+struct TrainerOptions {
+  PrecisionConfig precision;
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  // > 0: the run ends after this many steps in total, whatever `epochs` says
+  int64_t batch_size = 128;
+  bool shuffle = true;
+  bool drop_last = false;
+  int prefetch = 2;   // batches the DataLoader builds ahead
+  uint64_t seed = 0;  // data order and the default generator
+
+  std::string out_dir;           // "" writes no files
+  int64_t checkpoint_every = 0;  // > 0: checkpoint-<step>.safetensors every this many steps
+  std::string resume_from;       // a checkpoint to continue from (fit() loads it)
+  int64_t log_every = 1;         // metrics.jsonl gets every log_every-th step (and the last one)
+
+  int64_t eval_batch_size = 500;
+  int64_t eval_max_batches = 0;  // > 0: evaluate on the first batches only
+  bool eval_every_epoch = true;  // else only at the end
+
+  int64_t timing_warmup_steps = 5;  // excluded from step_ms_median (when more steps than that ran)
+  // Clip the (unscaled) gradients to this total 2-norm. With a scaler the gradients are unscaled in
+  // place first, which the GradScaler refuses for fp16 parameters (mode b): use bf16 or fp32 there.
+  std::optional<double> clip_grad_norm;
+  // lr for the 0-based global step, set before each step (a closed form, so resume needs no state).
+  std::function<double(int64_t step)> lr_schedule;
+  LossFn loss_fn = default_loss;
+
+  std::string model_name = "custom";  // recorded in summary.json and model.safetensors
+  int64_t flops_per_sample = 0;       // training FLOPs per sample; > 0 adds gflops to the summary
+
+  std::function<void(const StepInfo&)> on_step;
+  std::function<void(const EpochInfo&)> on_epoch;
+};
+
+// The result of fit(), written to summary.json.
+struct TrainSummary {
+  std::string model;
+  std::string precision;  // "fp32", "bf16", "fp16"
+  bool scaler = false;
+  std::string master_weights;  // parameter dtype: "fp32", "bf16", "fp16"
+  double epochs = 0;           // steps / batches_per_epoch
+  int64_t steps = 0;           // global steps completed (including a resumed run's earlier ones)
+  int64_t steps_this_run = 0;
+  int64_t batch_size = 0;
+  std::optional<double> test_accuracy;  // of the final evaluation (fraction in [0, 1])
+  std::optional<double> test_loss;
+  double final_loss = 0;         // mean step loss over the last epoch with steps (the current partial one, if any)
+  double step_ms_median = 0;     // over this run's steps after the warm-up
+  double samples_per_sec = 0;    // batch_size / step_ms_median
+  std::optional<double> gflops;  // flops_per_sample * samples_per_sec / 1e9
+  int64_t peak_bytes = 0;        // peak tensor bytes of training (weights, grads, optimizer state, activations)
+  int64_t skipped_steps = 0;     // steps the GradScaler skipped, over the whole run
+  double final_scale = 1;        // loss scale after the last step (1 without a scaler)
+  int threads = 0;               // OpenMP threads
+  double train_seconds = 0;      // wall time of this fit() call
+  int64_t num_parameters = 0;
+  uint64_t seed = 0;
+  double lr = 0;             // the optimizer's lr (group 0) at the end
+  std::string resumed_from;  // "" unless resumed
+
+  std::string to_json(int indent = 2) const;
+};
+
+class Trainer {
+ public:
+  // With the user's optimizer. For 16-bit parameters (mode b) the model must have been converted
+  // (prepare_model) before the optimizer was built; an fp32 model is refused with that advice.
+  Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dataset& train_data,
+          const data::Dataset* eval_data, TrainerOptions options);
+  // Converts the model (prepare_model) and builds the optimizer from its named parameters.
+  Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, const data::Dataset& train_data,
+          const data::Dataset* eval_data, TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains from the current position (after options.resume_from, if given) to total_steps(),
+  // evaluates, writes the files and returns the summary.
+  TrainSummary fit();
+
+  // Loss and accuracy over `data` (options.eval_max_batches batches at most): eval mode, no grad,
+  // the training autocast. The model's training mode is restored afterwards.
+  EvalResult evaluate(const data::Dataset& data);
+
+  // The full training state, atomically; and back (validated against this run's settings: the
+  // precision mode, batch size, seed and dataset size must match).
+  void save_checkpoint(const std::string& path) const;
+  void load_checkpoint(const std::string& path);
+
+  nn::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  amp::GradScaler& scaler() { return scaler_; }
+  const TrainerOptions& options() const { return options_; }
+
+  int64_t step() const { return step_; }             // steps completed
+  int64_t epoch() const { return epoch_; }           // 0-based epoch of the next step
+  int64_t batch_in_epoch() const { return batch_; }  // 0-based batch of the next step
+  int64_t batches_per_epoch() const { return loader_.size(); }
+  int64_t total_steps() const;
+
+ private:
+  struct RunState;  // per-fit() timing and output files
+
+  void init();
+  // One optimisation step on `batch`; returns the StepInfo fields it knows.
+  StepInfo train_step(const data::Batch& batch);
+  void finish_epoch(RunState& run, bool evaluate_now);
+  void log_step(RunState& run, const StepInfo& info);
+  TrainSummary make_summary(const RunState& run) const;
+
+  nn::Module* model_;
+  optim::Optimizer* optimizer_;
+  std::unique_ptr<optim::Optimizer> owned_optimizer_;
+  const data::Dataset* train_data_;
+  const data::Dataset* eval_data_;
+  TrainerOptions options_;
+  data::DataLoader loader_;
+  amp::GradScaler scaler_;
+
+  // Position and running statistics (all saved in checkpoints).
+  int64_t step_ = 0, epoch_ = 0, batch_ = 0;
+  int64_t skipped_steps_ = 0;
+  double epoch_loss_sum_ = 0;  // steps of the current epoch
+  int64_t epoch_loss_count_ = 0;
+  double last_epoch_loss_ = 0;  // mean of the last finished epoch
+  bool fresh_ = true;           // no checkpoint loaded
+  std::string resumed_from_;
+  std::optional<EvalResult> last_eval_;
+  int64_t last_eval_step_ = -1;
+};
+
+}  // namespace mixtrain::train

@@ -1,0 +1,90 @@
+// The precision switch: names, the scaler rule, validation and the mode-(b) model conversion.
+#include "mixtrain/train/precision.h"
+
+#include <string>
+
+#include "mixtrain/error.h"
+
+namespace mixtrain::train {
+
+std::string_view to_string(Precision precision) {
+  switch (precision) {
+    case Precision::kFP32: return "fp32";
+    case Precision::kBF16: return "bf16";
+    case Precision::kFP16: return "fp16";
+  }
+  return "?";
+}
+
+std::string_view to_string(ScalerMode mode) {
+  switch (mode) {
+    case ScalerMode::kAuto: return "auto";
+    case ScalerMode::kOn: return "on";
+    case ScalerMode::kOff: return "off";
+  }
+  return "?";
+}
+
+std::string_view short_dtype_name(DType dtype) {
+  if (dtype == kFloat32) return "fp32";
+  if (dtype == kBFloat16) return "bf16";
+  if (dtype == kFloat16) return "fp16";
+  MT_FAIL("parameter dtype must be float32, bfloat16 or float16, got ", dtype);
+}
+
+Precision parse_precision(std::string_view text) {
+  if (text == "fp32" || text == "float32") return Precision::kFP32;
+  if (text == "bf16" || text == "bfloat16") return Precision::kBF16;
+  if (text == "fp16" || text == "float16") return Precision::kFP16;
+  MT_FAIL("unknown precision '", text, "' (valid: fp32, bf16, fp16)");
+}
+
+ScalerMode parse_scaler_mode(std::string_view text) {
+  if (text == "auto") return ScalerMode::kAuto;
+  if (text == "on") return ScalerMode::kOn;
+  if (text == "off") return ScalerMode::kOff;
+  MT_FAIL("unknown scaler mode '", text, "' (valid: auto, on, off)");
+}
+
+DType parse_param_dtype(std::string_view text) {
+  if (text == "fp32" || text == "float32") return kFloat32;
+  if (text == "bf16" || text == "bfloat16") return kBFloat16;
+  if (text == "fp16" || text == "float16") return kFloat16;
+  MT_FAIL("unknown master-weight dtype '", text, "' (valid: fp32, bf16, fp16)");
+}
+
+std::optional<DType> autocast_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::kFP32: return std::nullopt;
+    case Precision::kBF16: return kBFloat16;
+    case Precision::kFP16: return kFloat16;
+  }
+  return std::nullopt;
+}
+
+bool uses_scaler(Precision precision, ScalerMode mode) {
+  if (mode == ScalerMode::kOn) return true;
+  if (mode == ScalerMode::kOff) return false;
+  // bf16 keeps fp32's 8 exponent bits: gradients do not underflow, so PyTorch's recipe (and ours)
+  // scales only fp16.
+  return precision == Precision::kFP16;
+}
+
+void validate(const PrecisionConfig& config) {
+  const DType p = config.param_dtype;
+  MT_CHECK(p == kFloat32 || p == kBFloat16 || p == kFloat16, "master weights: parameter dtype must be fp32, bf16 or ",
+           "fp16, got ", p);
+  if (p == kFloat32) return;
+  // A 16-bit parameter can only meet activations of its own dtype: autocast casts the fp32 inputs
+  // to the region's dtype, and two different 16-bit dtypes in one op are an error.
+  MT_CHECK(autocast_dtype(config.precision) == p, "--master-weights ", short_dtype_name(p), " needs --precision ",
+           short_dtype_name(p), " (16-bit parameters run only under autocast to their own dtype), got --precision ",
+           to_string(config.precision), "; use --master-weights fp32 for fp32 parameters");
+}
+
+void prepare_model(nn::Module& model, const PrecisionConfig& config) {
+  validate(config);
+  if (config.param_dtype != kFloat32) model.to(config.param_dtype);
+}
+
+}  // namespace mixtrain::train

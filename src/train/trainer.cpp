@@ -1,0 +1,483 @@
+// The Trainer's loop, evaluation and summary. Checkpoints are in trainer_checkpoint.cpp.
+#include "mixtrain/train/trainer.h"
+
+#include <fcntl.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "mixtrain/amp/autocast.h"
+#include "mixtrain/autograd.h"
+#include "mixtrain/error.h"
+#include "mixtrain/io/safetensors.h"
+#include "mixtrain/memory.h"
+#include "mixtrain/nn/functional.h"
+#include "mixtrain/ops/reduce.h"
+#include "mixtrain/optim/adam.h"
+#include "mixtrain/optim/clip_grad.h"
+#include "mixtrain/random.h"
+
+namespace mixtrain::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  return (hi + *std::max_element(v.begin(), v.begin() + mid)) / 2;
+}
+
+int64_t tensor_bytes(const std::vector<Tensor>& ts) {
+  int64_t n = 0;
+  for (const Tensor& t : ts)
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
+// Writes `contents` to `path` atomically: "<path>.tmp.<pid>", fsync, rename, fsync of the
+// directory. On failure the temporary file is removed, `path` is untouched and mt::Error is thrown.
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MT_CHECK(fd >= 0, "cannot write '", tmp, "': ", std::strerror(errno));
+  size_t done = 0;
+  int err = 0;  // errno of the first failure
+  while (err == 0 && done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      err = n < 0 ? errno : EIO;
+    else
+      done += static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    MT_FAIL("cannot write '", path, "': ", std::strerror(err));
+  }
+  // The rename itself is durable only once the directory entry is on disk.
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+// Keeps the lines of the metrics file whose "step" is <= `step` (what a run resumed from a
+// checkpoint at `step` has already logged; later lines belong to the interrupted continuation and
+// would be logged twice), rewriting it atomically, and returns it opened for appending.
+std::ofstream truncate_metrics(const std::string& path, int64_t step) {
+  std::ostringstream kept;
+  {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      // Unparsable lines (a crash mid-write) and lines past the checkpoint are dropped.
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
+        kept << line << '\n';
+    }
+  }
+  write_file_atomic(path, kept.str());
+  return std::ofstream(path, std::ios::app);
+}
+
+}  // namespace
+
+OptimizerFactory adamw(double lr, double weight_decay) {
+  return [lr, weight_decay](std::vector<optim::NamedParameter> params) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::AdamW>(std::move(params),
+                                          optim::AdamOptions{.lr = lr, .weight_decay = weight_decay});
+  };
+}
+
+Tensor default_loss(const Tensor& output, const Tensor& target) {
+  if (output.dim() == 3 && target.dim() == 2)  // language model: every token is one prediction
+    return nn::functional::cross_entropy(output.reshape({-1, output.size(2)}), target.reshape({-1}));
+  return nn::functional::cross_entropy(output, target);
+}
+
+double EvalResult::perplexity() const { return std::exp(loss); }
+
+std::string TrainSummary::to_json(int indent) const {
+  auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  json j = {{"model", model},
+            {"precision", precision},
+            {"scaler", scaler},
+            {"master_weights", master_weights},
+            {"epochs", epochs},
+            {"steps", steps},
+            {"steps_this_run", steps_this_run},
+            {"batch_size", batch_size},
+            {"test_accuracy", opt(test_accuracy)},
+            {"test_loss", opt(test_loss)},
+            {"final_loss", final_loss},
+            {"step_ms_median", step_ms_median},
+            {"samples_per_sec", samples_per_sec},
+            {"gflops", opt(gflops)},
+            {"peak_bytes", peak_bytes},
+            {"skipped_steps", skipped_steps},
+            {"final_scale", final_scale},
+            {"threads", threads},
+            {"train_seconds", train_seconds},
+            {"num_parameters", num_parameters},
+            {"seed", seed},
+            {"lr", lr},
+            {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
+  return j.dump(indent);
+}
+
+// ---- construction -----------------------------------------------------------------------------
+
+Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dataset& train_data,
+                 const data::Dataset* eval_data, TrainerOptions options)
+    : model_(&model),
+      optimizer_(&optimizer),
+      train_data_(&train_data),
+      eval_data_(eval_data),
+      options_(std::move(options)),
+      loader_(train_data, {.batch_size = options_.batch_size,
+                           .shuffle = options_.shuffle,
+                           .seed = options_.seed,
+                           .drop_last = options_.drop_last,
+                           .prefetch = options_.prefetch}),
+      scaler_([&] {
+        amp::GradScalerOptions o = options_.precision.scaler_options;
+        o.enabled = uses_scaler(options_.precision);
+        return o;
+      }()) {
+  init();
+  // Mode (b) needs masters, which the optimizer creates only for parameters that were already
+  // 16-bit when it was built: converting afterwards would leave it updating 16-bit values directly.
+  if (options_.precision.param_dtype != kFloat32)
+    for (const Tensor& p : optimizer.parameters())
+      MT_CHECK(p.dtype() == options_.precision.param_dtype, "Trainer: master weights ",
+               short_dtype_name(options_.precision.param_dtype), " need the model converted before the optimizer is ",
+               "built (a parameter is ", p.dtype(), "): call mt::train::prepare_model(model, precision) first, ",
+               "or pass an OptimizerFactory");
+}
+
+Trainer::Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, const data::Dataset& train_data,
+                 const data::Dataset* eval_data, TrainerOptions options)
+    : model_(&model),
+      optimizer_(nullptr),
+      train_data_(&train_data),
+      eval_data_(eval_data),
+      options_(std::move(options)),
+      loader_(train_data, {.batch_size = options_.batch_size,
+                           .shuffle = options_.shuffle,
+                           .seed = options_.seed,
+                           .drop_last = options_.drop_last,
+                           .prefetch = options_.prefetch}),
+      scaler_([&] {
+        amp::GradScalerOptions o = options_.precision.scaler_options;
+        o.enabled = uses_scaler(options_.precision);
+        return o;
+      }()) {
+  init();
+  prepare_model(model, options_.precision);
+  std::vector<optim::NamedParameter> params;
+  for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
+  owned_optimizer_ = make_optimizer(std::move(params));
+  MT_CHECK(owned_optimizer_ != nullptr, "Trainer: the optimizer factory returned null");
+  optimizer_ = owned_optimizer_.get();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::init() {
+  validate(options_.precision);
+  MT_CHECK(options_.epochs >= 1, "Trainer: epochs must be >= 1, got ", options_.epochs);
+  MT_CHECK(options_.max_steps >= 0, "Trainer: max_steps must be >= 0, got ", options_.max_steps);
+  MT_CHECK(options_.checkpoint_every >= 0, "Trainer: checkpoint_every must be >= 0, got ", options_.checkpoint_every);
+  MT_CHECK(options_.log_every >= 1, "Trainer: log_every must be >= 1, got ", options_.log_every);
+  MT_CHECK(options_.eval_batch_size >= 1, "Trainer: eval_batch_size must be >= 1, got ", options_.eval_batch_size);
+  MT_CHECK(options_.loss_fn != nullptr, "Trainer: loss_fn is empty");
+  MT_CHECK(loader_.size() > 0, "Trainer: the training set (", train_data_->size(), " examples) holds no full batch of ",
+           options_.batch_size);
+}
+
+int64_t Trainer::total_steps() const {
+  return options_.max_steps > 0 ? options_.max_steps : options_.epochs * loader_.size();
+}
+
+// ---- one step -----------------------------------------------------------------------------------
+
+StepInfo Trainer::train_step(const data::Batch& batch) {
+  StepInfo info;
+  if (options_.lr_schedule) optimizer_->set_lr(options_.lr_schedule(step_));
+  optimizer_->zero_grad();
+  Tensor loss;
+  {
+    // Forward and loss only: backward must run outside the region, in the dtypes the forward chose.
+    const std::optional<DType> dtype = autocast_dtype(options_.precision.precision);
+    amp::Autocast autocast(kCPU, dtype, dtype.has_value());
+    loss = options_.loss_fn(model_->forward(batch.input), batch.target);
+  }
+  MT_CHECK(loss.defined() && loss.numel() == 1, "Trainer: the loss must be one value, got ",
+           loss.defined() ? describe(loss) : std::string("an undefined tensor"));
+  info.loss = loss.item<double>();
+  info.scale = scaler_.get_scale();  // the scale this step multiplies by (update() may change it)
+  bool stepped = true;
+  if (scaler_.is_enabled()) {
+    scaler_.scale(loss).backward();
+    if (options_.clip_grad_norm) {
+      scaler_.unscale_(*optimizer_);  // clip the real gradients, not the scaled ones
+      optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
+    }
+    stepped = scaler_.step(*optimizer_);
+    scaler_.update();
+  } else {
+    loss.backward();
+    if (options_.clip_grad_norm) optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
+    optimizer_->step();
+  }
+  info.skipped = !stepped;
+  info.lr = optimizer_->lr(0);
+  return info;
+}
+
+// ---- fit -------------------------------------------------------------------------------------------
+
+struct Trainer::RunState {
+  Clock::time_point start = Clock::now();
+  Clock::time_point epoch_start = Clock::now();
+  std::vector<double> step_ms;
+  int64_t steps = 0;
+  int64_t peak = 0;         // highest memory::stats().peak_bytes seen during training
+  int64_t other_bytes = 0;  // bytes held at the start that are not training state (datasets, ...)
+  std::ofstream metrics;    // open when out_dir is set
+  int64_t total = 0;
+  int64_t epochs = 0;
+
+  void note_peak() { peak = std::max(peak, memory::stats().peak_bytes); }
+};
+
+void Trainer::log_step(RunState& run, const StepInfo& info) {
+  if (run.metrics.is_open() && (info.step % options_.log_every == 0 || info.step == run.total)) {
+    json j = {{"step", info.step},   {"epoch", info.epoch},     {"loss", info.loss},      {"lr", info.lr},
+              {"scale", info.scale}, {"skipped", info.skipped}, {"step_ms", info.step_ms}};
+    run.metrics << j.dump() << '\n';
+    run.metrics.flush();  // a crash keeps every line logged so far
+  }
+  if (options_.on_step) options_.on_step(info);
+}
+
+void Trainer::finish_epoch(RunState& run, bool evaluate_now) {
+  EpochInfo info;
+  info.epoch = epoch_ + 1;
+  info.epochs = run.epochs;
+  info.step = step_;
+  info.train_loss = epoch_loss_count_ > 0 ? epoch_loss_sum_ / static_cast<double>(epoch_loss_count_) : 0.0;
+  last_epoch_loss_ = info.train_loss;
+  epoch_loss_sum_ = 0;
+  epoch_loss_count_ = 0;
+  ++epoch_;
+  batch_ = 0;
+  info.seconds = std::chrono::duration<double>(Clock::now() - run.epoch_start).count();
+  if (evaluate_now && eval_data_ != nullptr) {
+    // Evaluation allocates its own (larger, no-grad) batches: keep it out of the training peak.
+    run.note_peak();
+    last_eval_ = evaluate(*eval_data_);
+    last_eval_step_ = step_;
+    memory::reset_peak();
+    info.eval = last_eval_;
+  }
+  if (options_.on_epoch) options_.on_epoch(info);
+  run.epoch_start = Clock::now();
+}
+
+TrainSummary Trainer::fit() {
+  if (!options_.resume_from.empty() && resumed_from_ != options_.resume_from) load_checkpoint(options_.resume_from);
+  if (fresh_ && step_ == 0) default_generator().manual_seed(options_.seed);
+
+  RunState run;
+  run.total = total_steps();
+  run.epochs = (run.total + loader_.size() - 1) / loader_.size();
+  if (!options_.out_dir.empty()) {
+    fs::create_directories(options_.out_dir);
+    const std::string path = (fs::path(options_.out_dir) / "metrics.jsonl").string();
+    // A fresh run starts the file afresh; a resumed one keeps the lines up to its checkpoint.
+    if (step_ == 0)
+      run.metrics.open(path, std::ios::trunc);
+    else
+      run.metrics = truncate_metrics(path, step_);
+    MT_CHECK(run.metrics.is_open(), "Trainer: cannot write '", path, "'");
+  }
+
+  // Training memory = what is allocated from here on + the model, gradients and optimizer state
+  // that already exist; everything else held now (datasets, the caller's tensors) is excluded.
+  const int64_t training_state =
+      tensor_bytes(model_->parameters()) + tensor_bytes(model_->buffers()) + optimizer_->state_bytes().total() + [&] {
+        int64_t g = 0;
+        for (const Tensor& p : model_->parameters())
+          if (p.grad().defined()) g += static_cast<int64_t>(p.grad().nbytes());
+        return g;
+      }();
+  run.other_bytes = memory::stats().current_bytes - training_state;
+  memory::reset_peak();
+  run.start = run.epoch_start = Clock::now();
+  model_->train();
+
+  while (step_ < run.total) {
+    loader_.set_epoch(epoch_);
+    loader_.set_start_batch(batch_);
+    const int64_t step_before = step_;
+    for (auto it = loader_.begin(); it != loader_.end(); ++it) {
+      const Clock::time_point t0 = Clock::now();
+      StepInfo info = train_step(*it);
+      info.step_ms = ms_since(t0);
+      ++step_;
+      ++batch_;
+      ++run.steps;
+      run.step_ms.push_back(info.step_ms);
+      skipped_steps_ += info.skipped;
+      epoch_loss_sum_ += info.loss;
+      ++epoch_loss_count_;
+      info.step = step_;
+      info.total_steps = run.total;
+      info.epoch = epoch_ + 1;
+      info.epochs = run.epochs;
+      info.batch = batch_;
+      info.batches_per_epoch = loader_.size();
+      info.steps_this_run = run.steps;
+      info.elapsed_s = std::chrono::duration<double>(Clock::now() - run.start).count();
+      log_step(run, info);
+      // Position first (epoch_/batch_ advance past a finished epoch), then the checkpoint, so that
+      // a checkpoint written at an epoch's end resumes at the next epoch's first batch.
+      if (batch_ == loader_.size()) finish_epoch(run, options_.eval_every_epoch);
+      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && !options_.out_dir.empty()) {
+        // The optimizer's state_dict() is a deep copy: keep it out of the training peak, as evaluation.
+        run.note_peak();
+        save_checkpoint(
+            (fs::path(options_.out_dir) / ("checkpoint-" + std::to_string(step_) + ".safetensors")).string());
+        memory::reset_peak();
+      }
+      if (step_ >= run.total) break;
+    }
+    MT_INTERNAL_ASSERT(step_ > step_before, "the DataLoader yielded no batch at epoch ", epoch_, ", batch ", batch_);
+  }
+  run.note_peak();
+  if (eval_data_ != nullptr && last_eval_step_ != step_) {
+    last_eval_ = evaluate(*eval_data_);
+    last_eval_step_ = step_;
+  }
+  model_->train();
+
+  TrainSummary summary = make_summary(run);
+  if (!options_.out_dir.empty()) {
+    const fs::path dir(options_.out_dir);
+    save_checkpoint((dir / "checkpoint.safetensors").string());
+    io::save_safetensors((dir / "model.safetensors").string(), model_->state_dict().items(),
+                         {{"model", options_.model_name},
+                          {"precision", std::string(to_string(options_.precision.precision))},
+                          {"master_weights", summary.master_weights},
+                          {"step", std::to_string(step_)}});
+    write_file_atomic((dir / "summary.json").string(), summary.to_json() + "\n");
+  }
+  return summary;
+}
+
+TrainSummary Trainer::make_summary(const RunState& run) const {
+  TrainSummary s;
+  s.model = options_.model_name;
+  s.precision = std::string(to_string(options_.precision.precision));
+  s.scaler = scaler_.is_enabled();
+  s.master_weights = std::string(short_dtype_name(options_.precision.param_dtype));
+  s.epochs = static_cast<double>(step_) / static_cast<double>(loader_.size());
+  s.steps = step_;
+  s.steps_this_run = run.steps;
+  s.batch_size = options_.batch_size;
+  if (last_eval_) {
+    s.test_accuracy = last_eval_->accuracy;
+    s.test_loss = last_eval_->loss;
+  }
+  s.final_loss = epoch_loss_count_ > 0 ? epoch_loss_sum_ / static_cast<double>(epoch_loss_count_) : last_epoch_loss_;
+  // The first steps create the optimizer state, fill the allocator cache and oneDNN's primitive
+  // cache: not representative when there are enough later steps to time.
+  const auto warm = static_cast<int64_t>(run.step_ms.size()) > options_.timing_warmup_steps
+                        ? options_.timing_warmup_steps
+                        : int64_t{0};
+  s.step_ms_median = median(std::vector<double>(run.step_ms.begin() + warm, run.step_ms.end()));
+  s.samples_per_sec = s.step_ms_median > 0 ? 1000.0 * static_cast<double>(options_.batch_size) / s.step_ms_median : 0;
+  if (options_.flops_per_sample > 0)
+    s.gflops = static_cast<double>(options_.flops_per_sample) * s.samples_per_sec / 1e9;
+  s.peak_bytes = std::max<int64_t>(0, run.peak - run.other_bytes);
+  s.skipped_steps = skipped_steps_;
+  s.final_scale = scaler_.get_scale();
+  s.threads = omp_get_max_threads();
+  s.train_seconds = std::chrono::duration<double>(Clock::now() - run.start).count();
+  s.num_parameters = model_->num_parameters();
+  s.seed = options_.seed;
+  s.lr = optimizer_->lr(0);
+  s.resumed_from = resumed_from_;
+  return s;
+}
+
+// ---- evaluation -----------------------------------------------------------------------------------
+
+EvalResult Trainer::evaluate(const data::Dataset& data) {
+  struct RestoreMode {
+    nn::Module* m;
+    bool training;
+    ~RestoreMode() { m->train(training); }
+  } restore{model_, model_->is_training()};
+  model_->eval();
+  NoGradGuard no_grad;
+  data::DataLoader loader(data, {.batch_size = options_.eval_batch_size, .shuffle = false, .prefetch = 1});
+  const std::optional<DType> dtype = autocast_dtype(options_.precision.precision);
+
+  EvalResult r;
+  double loss_sum = 0;
+  int64_t correct = 0, batches = 0;
+  bool classify = true;
+  for (data::Batch& batch : loader) {
+    if (options_.eval_max_batches > 0 && batches++ >= options_.eval_max_batches) break;
+    Tensor out, loss;
+    {
+      amp::Autocast autocast(kCPU, dtype, dtype.has_value());
+      out = model_->forward(batch.input);
+      loss = options_.loss_fn(out, batch.target);
+    }
+    const int64_t n = batch.target.numel();
+    loss_sum += loss.item<double>() * static_cast<double>(n);  // loss_fn is a mean over the targets
+    r.samples += batch.input.size(0);
+    r.targets += n;
+    // Accuracy needs logits [..., C] over integer targets [...].
+    classify = classify && out.dim() == batch.target.dim() + 1 && !is_floating(batch.target.dtype());
+    if (classify) {
+      const std::vector<int64_t> pred = argmax(out.to(kFloat32).reshape({-1, out.size(-1)}), 1).to_vector<int64_t>();
+      const std::vector<int64_t> target = batch.target.reshape({-1}).to_vector<int64_t>();
+      for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == target[i];
+    }
+  }
+  r.loss = r.targets > 0 ? loss_sum / static_cast<double>(r.targets) : std::nan("");
+  if (classify && r.targets > 0) r.accuracy = static_cast<double>(correct) / static_cast<double>(r.targets);
+  return r;
+}
+
+}  // namespace mixtrain::train

@@ -1,0 +1,244 @@
+// Training flags, --data parsing, dataset loading and TrainerOptions for the mixtrain CLI.
+#include "cli_common.h"
+
+#include <mixtrain/random.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <string_view>
+
+namespace mixtrain::cli {
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// A CLI11 validator from a function that throws on bad input: the message becomes CLI11's.
+CLI::Validator throwing_validator(std::function<void(const std::string&)> check, const std::string& name) {
+  return CLI::Validator(
+      [check](std::string& value) -> std::string {
+        try {
+          check(value);
+          return {};
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      },
+      name);
+}
+
+}  // namespace
+
+DataSpec parse_data_spec(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  const bool has_arg = colon != std::string::npos;
+  const std::string arg = has_arg ? text.substr(colon + 1) : std::string();
+  DataSpec spec;
+  if (kind == "fashion-mnist") {
+    spec.kind = DataSpec::Kind::kFashionMNIST;
+    spec.path = has_arg ? arg : std::string(data::kFashionMNISTDefaultDir);
+  } else if (kind == "mnist") {
+    spec.kind = DataSpec::Kind::kMNIST;
+    spec.path = arg;
+  } else if (kind == "text") {
+    spec.kind = DataSpec::Kind::kText;
+    spec.path = arg;
+  } else if (kind == "synthetic") {
+    spec.kind = DataSpec::Kind::kSynthetic;
+    if (has_arg) {
+      size_t used = 0;
+      long long n = 0;
+      try {
+        n = std::stoll(arg, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != arg.size() || used == 0 || n < 1 || n > (int64_t{1} << 30))
+        throw UsageError("synthetic:N needs a size N between 1 and 2^30, got '" + arg + "'");
+      spec.synthetic_size = n;
+    }
+  } else {
+    throw UsageError("unknown data '" + text + "' (valid: fashion-mnist[:DIR], mnist:DIR, text:FILE, synthetic[:N])");
+  }
+  if ((has_arg || spec.kind == DataSpec::Kind::kMNIST || spec.kind == DataSpec::Kind::kText) &&
+      spec.kind != DataSpec::Kind::kSynthetic && spec.path.empty())
+    throw UsageError(kind + " needs a path: " + kind + (spec.kind == DataSpec::Kind::kText ? ":FILE" : ":DIR"));
+  return spec;
+}
+
+std::string describe(const DataSpec& spec) {
+  switch (spec.kind) {
+    case DataSpec::Kind::kFashionMNIST: return "Fashion-MNIST (" + spec.path + ")";
+    case DataSpec::Kind::kMNIST: return "MNIST (" + spec.path + ")";
+    case DataSpec::Kind::kText: return "text (" + spec.path + ")";
+    case DataSpec::Kind::kSynthetic: return "synthetic (" + std::to_string(spec.synthetic_size) + " examples)";
+  }
+  return "?";
+}
+
+void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
+  auto has = [&](Flags f) { return (flags & static_cast<unsigned>(f)) != 0; };
+  if (has(Flags::kModel))
+    app.add_option("--model", a.model, "Model: " + join(nn::model_names()))
+        ->check(CLI::IsMember(nn::model_names()))
+        ->capture_default_str();
+  if (has(Flags::kData))
+    app.add_option("--data", a.data,
+                   "Data: fashion-mnist[:DIR] (default dir " + std::string(data::kFashionMNISTDefaultDir) +
+                       "), mnist:DIR, text:FILE (gpt), synthetic[:N] (random data, N examples)")
+        ->check(throwing_validator([](const std::string& s) { parse_data_spec(s); }, "DATA"))
+        ->capture_default_str();
+  if (has(Flags::kPrecision))
+    app.add_option("--precision", a.precision, "Precision: fp32, bf16 (autocast bf16) or fp16 (autocast fp16)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+        ->capture_default_str();
+  if (has(Flags::kCommon)) {
+    app.add_option("--scaler", a.scaler, "GradScaler: auto (on for fp16 only), on, off")
+        ->check(CLI::IsMember({"auto", "on", "off"}))
+        ->capture_default_str();
+    app.add_option("--batch-size", a.batch_size, "Examples per step")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+        ->capture_default_str();
+    app.add_option("--seed", a.seed, "Seed of the model init, data order and every generator")->capture_default_str();
+    app.add_option("--threads", a.threads, "OpenMP threads (0: every core)")
+        ->check(CLI::Range(0, 4096))
+        ->capture_default_str();
+  }
+  if (has(Flags::kTraining)) {
+    app.add_option("--epochs", a.epochs, "Epochs over the training set")
+        ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
+        ->capture_default_str();
+    app.add_option("--steps", a.steps, "Stop after this many steps in total (overrides --epochs; 0: off)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+        ->capture_default_str();
+    app.add_option("--lr", a.lr, "AdamW learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    app.add_option("--checkpoint-every", a.checkpoint_every,
+                   "Write DIR/checkpoint-<step>.safetensors every N steps (0: only the final checkpoint)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+        ->capture_default_str();
+    app.add_option("--log-every", a.log_every, "Write every N-th step to metrics.jsonl")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+        ->capture_default_str();
+  }
+  if (has(Flags::kResume))
+    app.add_option("--resume", a.resume, "Continue from a training checkpoint (same settings; bit-exact)")
+        ->check(CLI::ExistingFile);
+}
+
+void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision precision) {
+  const nn::ModelInfo& info = nn::model_info(a.model);
+  const bool lm = info.task == nn::ModelTask::kLanguageModel;
+  const bool text = spec.kind == DataSpec::Kind::kText;
+  if (lm && !(text || spec.kind == DataSpec::Kind::kSynthetic))
+    throw UsageError("model " + a.model + " is a language model: use --data text:FILE or --data synthetic");
+  if (!lm && text)
+    throw UsageError("model " + a.model + " classifies 28x28 images: --data text:FILE needs --model gpt");
+  if (a.master_weights != "fp32" && a.master_weights != "same") {
+    train::PrecisionConfig c{.precision = precision, .param_dtype = train::parse_param_dtype(a.master_weights)};
+    try {
+      train::validate(c);
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
+}
+
+int apply_threads(int threads) {
+  const int n = threads > 0 ? threads : omp_get_num_procs();
+  omp_set_num_threads(n);
+  return n;
+}
+
+std::string random_text(int64_t n, uint64_t seed) {
+  std::string s(static_cast<size_t>(n), '\0');
+  for (int64_t block = 0; block * 16 < n; ++block) {
+    const std::array<uint32_t, 4> r = random::philox(static_cast<uint64_t>(block), seed, /*stream=*/7);
+    for (int64_t k = 0; k < 16 && block * 16 + k < n; ++k)
+      s[static_cast<size_t>(block * 16 + k)] = static_cast<char>((r[k / 4] >> (8 * (k % 4))) & 0xff);
+  }
+  return s;
+}
+
+LoadedData load_data(const DataSpec& spec, const nn::ModelInfo& model, uint64_t seed) {
+  LoadedData d;
+  const int64_t context = model.task == nn::ModelTask::kLanguageModel ? model.sample_shape[0] : 0;
+  // Language-model windows do not overlap (stride = context): an epoch is one pass over the text.
+  const data::TextOptions train_text{.part = data::TextPart::kTrain, .stride = context};
+  const data::TextOptions val_text{.part = data::TextPart::kVal, .stride = context};
+  switch (spec.kind) {
+    case DataSpec::Kind::kFashionMNIST:
+      d.train = std::make_unique<data::FashionMNIST>(spec.path, data::Split::kTrain);
+      d.eval = std::make_unique<data::FashionMNIST>(spec.path, data::Split::kTest);
+      break;
+    case DataSpec::Kind::kMNIST:
+      d.train = std::make_unique<data::MNIST>(spec.path, data::Split::kTrain);
+      d.eval = std::make_unique<data::MNIST>(spec.path, data::Split::kTest);
+      break;
+    case DataSpec::Kind::kText:
+      d.train = std::make_unique<data::TextDataset>(spec.path, context, train_text);
+      d.eval = std::make_unique<data::TextDataset>(spec.path, context, val_text);
+      break;
+    case DataSpec::Kind::kSynthetic:
+      if (model.task == nn::ModelTask::kLanguageModel) {
+        // Enough random bytes for synthetic_size training windows plus a 10% validation part that
+        // holds at least two windows.
+        const int64_t bytes = std::max((spec.synthetic_size * 10 / 9 + 2) * context + 2, 20 * (context + 1));
+        const std::string text = random_text(bytes, seed);
+        d.train =
+            std::make_unique<data::TextDataset>(data::TextDataset::from_string(text, context, train_text, "synthetic"));
+        d.eval =
+            std::make_unique<data::TextDataset>(data::TextDataset::from_string(text, context, val_text, "synthetic"));
+      } else {
+        // A held-out set drawn with another seed, a fifth of the training size.
+        d.train =
+            std::make_unique<data::SyntheticDataset>(spec.synthetic_size, model.sample_shape, model.num_outputs, seed);
+        d.eval = std::make_unique<data::SyntheticDataset>(std::max<int64_t>(1, spec.synthetic_size / 5),
+                                                          model.sample_shape, model.num_outputs, seed + 1);
+      }
+      break;
+  }
+  return d;
+}
+
+train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precision, DType param_dtype) {
+  const nn::ModelInfo& info = nn::model_info(a.model);
+  train::TrainerOptions o;
+  o.precision = {.precision = precision, .scaler = train::parse_scaler_mode(a.scaler), .param_dtype = param_dtype};
+  o.epochs = a.epochs;
+  o.max_steps = a.steps;
+  o.batch_size = a.batch_size;
+  o.seed = a.seed;
+  o.out_dir = a.out;
+  o.checkpoint_every = a.checkpoint_every;
+  o.resume_from = a.resume;
+  o.log_every = a.log_every;
+  o.model_name = a.model;
+  o.flops_per_sample = info.flops_per_sample;
+  // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.
+  o.eval_batch_size = info.task == nn::ModelTask::kLanguageModel ? 64 : 500;
+  return o;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace mixtrain::cli

@@ -1,0 +1,89 @@
+// Shared pieces of the mixtrain CLI: the training flags, the --data spec, dataset loading and the
+// conversion of flags into mt::train::TrainerOptions. Argument parsing lives only in tools/mixtrain.
+#pragma once
+
+#include <mixtrain/data/dataset.h>
+#include <mixtrain/nn/models.h>
+#include <mixtrain/train/trainer.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace mixtrain::cli {
+
+// A bad combination of flags found after parsing (CLI11 checks each flag alone): one line, exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// --data: fashion-mnist[:DIR] | mnist:DIR | text:FILE | synthetic[:N]
+struct DataSpec {
+  enum class Kind { kFashionMNIST, kMNIST, kText, kSynthetic };
+  Kind kind = Kind::kFashionMNIST;
+  std::string path;                // directory or file
+  int64_t synthetic_size = 10000;  // training examples of synthetic data
+};
+DataSpec parse_data_spec(const std::string& text);  // throws UsageError
+std::string describe(const DataSpec& spec);
+
+// The flags shared by train, compare and bench.
+struct RunArgs {
+  std::string model = "mlp";
+  std::string data = "fashion-mnist";
+  std::string precision = "fp32";
+  std::string scaler = "auto";
+  std::string master_weights = "fp32";
+  int64_t epochs = 1;
+  int64_t steps = 0;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  double weight_decay = 0.01;
+  uint64_t seed = 0;
+  int threads = 0;  // 0: every core
+  std::string out;
+  int64_t checkpoint_every = 0;
+  std::string resume;
+  int64_t log_every = 1;
+};
+
+// Which flags a subcommand registers.
+enum class Flags : unsigned {
+  kModel = 1,
+  kData = 2,
+  kPrecision = 4,  // --precision (train, bench)
+  kTraining = 8,   // --epochs --steps --lr --weight-decay --out --checkpoint-every --log-every
+  kResume = 16,
+  kCommon = 32,  // --batch-size --seed --threads --scaler --master-weights
+};
+constexpr unsigned operator|(Flags a, Flags b) { return static_cast<unsigned>(a) | static_cast<unsigned>(b); }
+constexpr unsigned operator|(unsigned a, Flags b) { return a | static_cast<unsigned>(b); }
+void add_run_flags(CLI::App& app, RunArgs& args, unsigned flags);
+
+// Checks the flag combinations (model vs data, master weights vs precision) before any data is
+// loaded; throws UsageError.
+void check_combination(const RunArgs& args, const DataSpec& spec, train::Precision precision);
+
+// Sets the OpenMP thread count (--threads, 0: every core) and returns it.
+int apply_threads(int threads);
+
+struct LoadedData {
+  std::unique_ptr<data::Dataset> train;
+  std::unique_ptr<data::Dataset> eval;
+};
+// Loads (or generates) the training and evaluation sets for the model. mt::Error for missing or
+// corrupt files, with the install hint for Fashion-MNIST.
+LoadedData load_data(const DataSpec& spec, const nn::ModelInfo& model, uint64_t seed);
+
+// `n` pseudo-random bytes (Philox keyed by `seed`): random tokens for the gpt model.
+std::string random_text(int64_t n, uint64_t seed);
+
+// TrainerOptions for one precision and parameter dtype (callbacks and out_dir left to the caller).
+train::TrainerOptions trainer_options(const RunArgs& args, train::Precision precision, DType param_dtype);
+
+// "1.23 MiB"
+std::string human_bytes(double bytes);
+
+}  // namespace mixtrain::cli

@@ -1,0 +1,77 @@
+// mixtrain bench: training-step throughput of a named model on synthetic data.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+
+namespace mixtrain::cli {
+
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Time training steps on synthetic data: step time, samples/s, GFLOP/s and peak memory");
+  args.run.steps = 20;
+  add_run_flags(*cmd, args.run, Flags::kModel | Flags::kPrecision | Flags::kCommon);
+  cmd->add_option("--master-weights", args.run.master_weights, "Parameter dtype: fp32, or bf16/fp16 (= --precision)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--steps", args.run.steps, "Timed steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  cmd->add_option("--warmup", args.warmup, "Untimed steps first (optimizer state, caches)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
+  return cmd;
+}
+
+int run_bench(const BenchArgs& b) {
+  RunArgs a = b.run;
+  const train::Precision precision = train::parse_precision(a.precision);
+  // Synthetic data: random images (SyntheticDataset) or random tokens, exactly enough for one pass.
+  DataSpec spec;
+  spec.kind = DataSpec::Kind::kSynthetic;
+  spec.synthetic_size = a.batch_size * (b.warmup + a.steps);
+  check_combination(a, spec, precision);
+  const int threads = apply_threads(a.threads);
+  const nn::ModelInfo& info = nn::model_info(a.model);
+  LoadedData data = load_data(spec, info, a.seed);
+
+  auto model = nn::make_model(a.model, a.seed);
+  train::TrainerOptions o = trainer_options(a, precision, train::parse_param_dtype(a.master_weights));
+  o.max_steps = b.warmup + a.steps;
+  o.timing_warmup_steps = b.warmup;
+  o.out_dir.clear();
+  o.eval_every_epoch = false;
+  train::Trainer trainer(*model, train::adamw(a.lr, a.weight_decay), *data.train, /*eval_data=*/nullptr, o);
+  const train::TrainSummary s = trainer.fit();
+
+  if (b.json) {
+    const nlohmann::json j = {{"model", a.model},
+                              {"precision", a.precision},
+                              {"scaler", s.scaler},
+                              {"master_weights", s.master_weights},
+                              {"batch_size", a.batch_size},
+                              {"steps", a.steps},
+                              {"warmup", b.warmup},
+                              {"threads", threads},
+                              {"step_ms_median", s.step_ms_median},
+                              {"samples_per_sec", s.samples_per_sec},
+                              {"gflops", s.gflops.value_or(0.0)},
+                              {"peak_bytes", s.peak_bytes}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("bench: %s, %s (scaler %s, %s parameters), batch %lld, %lld timed steps after %lld warm-up, %d threads\n",
+              a.model.c_str(), a.precision.c_str(), s.scaler ? "on" : "off", s.master_weights.c_str(),
+              static_cast<long long>(a.batch_size), static_cast<long long>(a.steps), static_cast<long long>(b.warmup),
+              threads);
+  std::printf("  step time    %.3f ms (median)\n", s.step_ms_median);
+  std::printf("  throughput   %.0f samples/s\n", s.samples_per_sec);
+  std::printf("  compute      %.1f GFLOP/s (%lld training FLOPs per sample)\n", s.gflops.value_or(0.0),
+              static_cast<long long>(info.flops_per_sample));
+  std::printf("  peak memory  %s (%lld bytes)\n", human_bytes(static_cast<double>(s.peak_bytes)).c_str(),
+              static_cast<long long>(s.peak_bytes));
+  return 0;
+}
+
+}  // namespace mixtrain::cli

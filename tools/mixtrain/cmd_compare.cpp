@@ -1,0 +1,248 @@
+// mixtrain compare: the same model, data and seed trained in several precisions; one table,
+// DIR/report.md and a loss-curve plot through gnuplot.
+#include <mixtrain/error.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "commands.h"
+
+extern char** environ;
+
+namespace mixtrain::cli {
+
+namespace fs = std::filesystem;
+
+CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Train the same model, data and seed in several precisions and compare accuracy, speed and memory");
+  cmd->add_option("--precisions", args.precisions, "Comma-separated precisions to compare")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  add_run_flags(*cmd, args.run, Flags::kModel | Flags::kData | Flags::kTraining | Flags::kCommon);
+  cmd->add_option("--master-weights", args.run.master_weights,
+                  "fp32 (fp32 weights through autocast) or same (each 16-bit run stores its weights in its own dtype "
+                  "with fp32 masters in the optimizer)")
+      ->check(CLI::IsMember({"fp32", "same"}))
+      ->capture_default_str();
+  cmd->add_option("--out", args.run.out, "Output directory (default runs/compare)");
+  return cmd;
+}
+
+namespace {
+
+struct Row {
+  std::string precision;
+  train::TrainSummary s;
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Cells of the table; the fp32 row (when present) is the reference for the two ratios.
+std::vector<std::vector<std::string>> table_cells(const std::vector<Row>& rows) {
+  const Row* ref = nullptr;
+  for (const Row& r : rows)
+    if (r.precision == "fp32") ref = &r;
+  std::vector<std::vector<std::string>> cells = {{"precision", "test accuracy", "final loss", "step time",
+                                                  "speedup vs fp32", "peak memory", "memory vs fp32", "skipped steps",
+                                                  "final scale"}};
+  for (const Row& r : rows) {
+    const train::TrainSummary& s = r.s;
+    const bool ratios = ref != nullptr && s.step_ms_median > 0 && ref->s.peak_bytes > 0;
+    cells.push_back(
+        {r.precision, s.test_accuracy ? fmt("%.2f%%", 100.0 * *s.test_accuracy) : "-", fmt("%.4f", s.final_loss),
+         fmt("%.2f ms", s.step_ms_median), ratios ? fmt("%.2fx", ref->s.step_ms_median / s.step_ms_median) : "-",
+         human_bytes(static_cast<double>(s.peak_bytes)),
+         ratios ? fmt("%.2fx", static_cast<double>(s.peak_bytes) / static_cast<double>(ref->s.peak_bytes)) : "-",
+         std::to_string(s.skipped_steps), fmt("%g", s.final_scale)});
+  }
+  return cells;
+}
+
+std::string text_table(const std::vector<std::vector<std::string>>& cells) {
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& row : cells)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string out;
+  for (size_t r = 0; r < cells.size(); ++r) {
+    for (size_t c = 0; c < cells[r].size(); ++c) {
+      const std::string& v = cells[r][c];
+      const std::string pad(width[c] - v.size(), ' ');
+      out += c == 0 ? v + pad : "  " + pad + v;  // first column left-aligned, numbers right-aligned
+    }
+    out += '\n';
+    if (r == 0) {
+      size_t total = 0;
+      for (size_t w : width) total += w + 2;
+      out += std::string(total - 2, '-') + '\n';
+    }
+  }
+  return out;
+}
+
+std::string markdown_table(const std::vector<std::vector<std::string>>& cells) {
+  std::string out;
+  for (size_t r = 0; r < cells.size(); ++r) {
+    out += "|";
+    for (const std::string& v : cells[r]) out += " " + v + " |";
+    out += '\n';
+    if (r == 0) {
+      out += "|---|";
+      for (size_t c = 1; c < cells[r].size(); ++c) out += "---:|";
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+// Path of an executable found on $PATH, or "".
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const fs::path p = fs::path(dir.empty() ? "." : dir) / name;
+    if (::access(p.c_str(), X_OK) == 0) return p.string();
+  }
+  return {};
+}
+
+// Writes DIR/loss.dat (a trailing moving average of each run's step loss: raw step losses are too
+// noisy to compare) and DIR/loss.gp, and runs gnuplot when it is installed. Returns whether
+// DIR/loss.png was made.
+bool plot_losses(const fs::path& dir, const std::vector<Row>& rows, const std::vector<std::vector<double>>& losses) {
+  size_t steps = losses.empty() ? 0 : losses[0].size();
+  for (const auto& l : losses) steps = std::min(steps, l.size());
+  const size_t window = std::clamp<size_t>(steps / 50, 1, 50);
+  {
+    std::ofstream dat(dir / "loss.dat");
+    dat << "# step";
+    for (const Row& r : rows) dat << ' ' << r.precision;
+    dat << "   (training loss, mean of the last " << window << " steps)\n";
+    for (size_t i = 0; i < steps; ++i) {
+      dat << i + 1;
+      const size_t first = i + 1 >= window ? i + 1 - window : 0;
+      for (const auto& l : losses) {
+        // Summed afresh (not a running sum): one NaN loss must not poison every later point.
+        double sum = 0;
+        for (size_t j = first; j <= i; ++j) sum += l[j];
+        dat << ' ' << sum / static_cast<double>(i + 1 - first);
+      }
+      dat << '\n';
+    }
+  }
+  {
+    std::ofstream gp(dir / "loss.gp");
+    gp << "# gnuplot script written by mixtrain compare: gnuplot loss.gp (in this directory)\n"
+       << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+       << "  set terminal pngcairo size 960,540 noenhanced\n"
+       << "} else {\n"
+       << "  set terminal png size 960,540 noenhanced\n"
+       << "}\n"
+       << "set output '" << (dir / "loss.png").string() << "'\n"
+       << "set title 'training loss by precision'\n"
+       << "set xlabel 'step'\n"
+       << "set ylabel 'loss (moving average over " << window << " steps)'\n"
+       << "set grid\n"
+       << "set key top right\n"
+       << "plot";
+    for (size_t k = 0; k < rows.size(); ++k)
+      gp << (k ? "," : "") << " '" << (dir / "loss.dat").string() << "' using 1:" << k + 2 << " with lines lw 2 title '"
+         << rows[k].precision << "'";
+    gp << '\n';
+  }
+  const std::string gnuplot = find_on_path("gnuplot");
+  if (gnuplot.empty()) {
+    std::printf("gnuplot not found: skipped the loss plot (install gnuplot-nox; data and script are in %s)\n",
+                (dir / "loss.gp").c_str());
+    return false;
+  }
+  const std::string script = (dir / "loss.gp").string();
+  char* argv[] = {const_cast<char*>(gnuplot.c_str()), const_cast<char*>(script.c_str()), nullptr};
+  pid_t pid = 0;
+  int status = 0;
+  if (::posix_spawn(&pid, gnuplot.c_str(), nullptr, nullptr, argv, environ) != 0 || ::waitpid(pid, &status, 0) < 0 ||
+      !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::printf("gnuplot failed: no loss plot (script: %s)\n", script.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_compare(const CompareArgs& in) {
+  RunArgs a = in.run;
+  if (a.out.empty()) a.out = "runs/compare";
+  const std::set<std::string> unique(in.precisions.begin(), in.precisions.end());
+  if (unique.size() != in.precisions.size()) throw UsageError("--precisions lists a precision twice");
+  if (in.precisions.empty()) throw UsageError("--precisions is empty");
+  const DataSpec spec = parse_data_spec(a.data);
+  for (const std::string& p : in.precisions) check_combination(a, spec, train::parse_precision(p));
+  const int threads = apply_threads(a.threads);
+  const nn::ModelInfo& info = nn::model_info(a.model);
+
+  LoadedData data = load_data(spec, info, a.seed);
+  std::printf("mixtrain compare: %s (%lld parameters) on %s; batch %lld, AdamW lr %g wd %g, seed %llu, %d threads\n",
+              a.model.c_str(), static_cast<long long>(info.num_parameters), describe(spec).c_str(),
+              static_cast<long long>(a.batch_size), a.lr, a.weight_decay, static_cast<unsigned long long>(a.seed),
+              threads);
+  std::fflush(stdout);
+
+  std::vector<Row> rows;
+  std::vector<std::vector<double>> losses;
+  for (const std::string& name : in.precisions) {
+    const train::Precision p = train::parse_precision(name);
+    const DType param_dtype = a.master_weights == "same" ? train::autocast_dtype(p).value_or(kFloat32) : kFloat32;
+    losses.emplace_back();
+    rows.push_back({name, run_training(a, p, param_dtype, data, (fs::path(a.out) / name).string(), "[" + name + "] ",
+                                       &losses.back())});
+    const train::TrainSummary& s = rows.back().s;
+    std::printf("[%s] done: %lld steps, %.1f s\n", name.c_str(), static_cast<long long>(s.steps), s.train_seconds);
+    std::fflush(stdout);
+  }
+
+  const auto cells = table_cells(rows);
+  std::printf("\n%s", text_table(cells).c_str());
+  const fs::path dir(a.out);
+  const bool plotted = plot_losses(dir, rows, losses);
+
+  std::ostringstream md;
+  md << "# mixtrain compare: " << a.model << " on " << describe(spec) << "\n\n"
+     << "Same model initialisation, data order and seed in every precision. " << rows[0].s.steps
+     << (rows[0].s.steps == 1 ? " step (" : " steps (") << fmt("%.2f", rows[0].s.epochs) << " epochs), batch "
+     << a.batch_size << ", AdamW lr " << a.lr << " weight decay " << a.weight_decay << ", seed " << a.seed << ", "
+     << threads << " threads, "
+     << (a.master_weights == "same" ? "16-bit parameters with fp32 masters" : "fp32 parameters through autocast")
+     << ".\n\n"
+     << markdown_table(cells) << "\n"
+     << "Step time is the median over the steps after warm-up; peak memory counts every tensor byte of training "
+        "(weights, gradients, optimizer state, activations), not the dataset.\n\n";
+  if (plotted) md << "![training loss by precision](loss.png)\n\n";
+  md << "Per-run files: ";
+  for (const Row& r : rows) md << "`" << r.precision << "/summary.json` ";
+  md << "(and metrics.jsonl, model.safetensors, checkpoint.safetensors beside each).\n";
+  {
+    std::ofstream f(dir / "report.md");
+    f << md.str();
+    MT_CHECK(f.good(), "cannot write '", (dir / "report.md").string(), "'");
+  }
+  std::printf("\nwrote %s/report.md%s and %s/<precision>/\n", a.out.c_str(), plotted ? ", loss.png" : "",
+              a.out.c_str());
+  return 0;
+}
+
+}  // namespace mixtrain::cli

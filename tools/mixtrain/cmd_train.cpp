@@ -1,0 +1,98 @@
+// mixtrain train: one training run through mt::train::Trainer.
+#include <mixtrain/error.h>
+#include <mixtrain/io/checkpoint.h>
+#include <mixtrain/io/safetensors.h>
+#include <mixtrain/nn/models.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "progress.h"
+
+namespace mixtrain::cli {
+
+CLI::App* add_train_command(CLI::App& app, RunArgs& args) {
+  CLI::App* cmd = app.add_subcommand("train", "Train a model in one precision and write metrics, summary and weights");
+  add_run_flags(*cmd, args,
+                Flags::kModel | Flags::kData | Flags::kPrecision | Flags::kTraining | Flags::kResume | Flags::kCommon);
+  cmd->add_option("--master-weights", args.master_weights,
+                  "Parameter dtype: fp32 (fp32 weights through autocast) or bf16/fp16 (16-bit weights, fp32 masters "
+                  "in the optimizer; must equal --precision)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--out", args.out, "Output directory (default runs/train)");
+  return cmd;
+}
+
+train::TrainSummary run_training(const RunArgs& args, train::Precision precision, DType param_dtype,
+                                 const LoadedData& data, const std::string& out_dir, const std::string& label,
+                                 std::vector<double>* losses) {
+  auto model = nn::make_model(args.model, args.seed);
+  train::TrainerOptions o = trainer_options(args, precision, param_dtype);
+  o.out_dir = out_dir;
+  Progress progress(label, args.batch_size, Progress::stdout_is_terminal());
+  progress.attach(o);
+  if (losses != nullptr) {
+    o.on_step = [&progress, losses](const train::StepInfo& i) {
+      losses->push_back(i.loss);
+      progress.on_step(i);
+    };
+  }
+  train::Trainer trainer(*model, train::adamw(args.lr, args.weight_decay), *data.train, data.eval.get(), o);
+  train::TrainSummary s = trainer.fit();
+  progress.finish();
+  return s;
+}
+
+namespace {
+
+// A quick look at a resume file before the data is loaded: missing, corrupt and weights-only files
+// fail here, in a fraction of a second. The Trainer validates the rest when it loads it.
+void precheck_resume(const std::string& path) {
+  const io::SafetensorsHeader h = io::read_safetensors_header(path);
+  MT_CHECK(h.metadata.contains(io::kCheckpointVersionKey), "--resume: '", path,
+           "' is a safetensors file but not a mixtrain training checkpoint (use DIR/checkpoint.safetensors or ",
+           "DIR/checkpoint-<step>.safetensors)");
+}
+
+}  // namespace
+
+int run_train(const RunArgs& in) {
+  RunArgs a = in;
+  if (a.out.empty()) a.out = "runs/train";
+  const DataSpec spec = parse_data_spec(a.data);
+  const train::Precision precision = train::parse_precision(a.precision);
+  check_combination(a, spec, precision);
+  const DType param_dtype = train::parse_param_dtype(a.master_weights);
+  if (!a.resume.empty()) precheck_resume(a.resume);
+  const int threads = apply_threads(a.threads);
+  const nn::ModelInfo& info = nn::model_info(a.model);
+  const bool scaler = train::uses_scaler(precision, train::parse_scaler_mode(a.scaler));
+
+  LoadedData data = load_data(spec, info, a.seed);
+  std::printf("mixtrain train: %s (%lld parameters) on %s, %lld training examples\n", a.model.c_str(),
+              static_cast<long long>(info.num_parameters), describe(spec).c_str(),
+              static_cast<long long>(data.train->size()));
+  std::printf("precision %s (scaler %s, %s parameters), batch %lld, AdamW lr %g wd %g, seed %llu, %d threads\n",
+              a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(),
+              static_cast<long long>(a.batch_size), a.lr, a.weight_decay, static_cast<unsigned long long>(a.seed),
+              threads);
+  if (!a.resume.empty()) std::printf("resuming from %s\n", a.resume.c_str());
+  std::fflush(stdout);
+
+  const train::TrainSummary s = run_training(a, precision, param_dtype, data, a.out, "");
+  std::printf("done: %lld steps (%.2f epochs), %lld in this run, %.1f s\n", static_cast<long long>(s.steps), s.epochs,
+              static_cast<long long>(s.steps_this_run), s.train_seconds);
+  if (s.test_accuracy) std::printf("  test accuracy  %.2f%%\n", 100.0 * *s.test_accuracy);
+  if (s.test_loss) std::printf("  test loss      %.4f\n", *s.test_loss);
+  std::printf("  final loss     %.4f (mean over the last epoch)\n", s.final_loss);
+  std::printf("  step time      %.2f ms (median), %.0f samples/s", s.step_ms_median, s.samples_per_sec);
+  if (s.gflops) std::printf(", %.1f GFLOP/s", *s.gflops);
+  std::printf("\n  peak memory    %s\n", human_bytes(static_cast<double>(s.peak_bytes)).c_str());
+  std::printf("  skipped steps  %lld, final scale %g\n", static_cast<long long>(s.skipped_steps), s.final_scale);
+  std::printf("  wrote          %s/{metrics.jsonl, summary.json, model.safetensors, checkpoint.safetensors}\n",
+              a.out.c_str());
+  return 0;
+}
+
+}  // namespace mixtrain::cli

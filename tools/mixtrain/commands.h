@@ -1,0 +1,41 @@
+// The subcommands of the mixtrain CLI. Each registers its flags on a CLI11 subcommand and runs after
+// a successful parse; errors are thrown (UsageError, mt::Error) and printed by main as one line.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+
+namespace mixtrain::cli {
+
+struct CompareArgs {
+  RunArgs run;
+  std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
+};
+
+struct BenchArgs {
+  RunArgs run;
+  int64_t warmup = 5;
+  bool json = false;
+};
+
+CLI::App* add_train_command(CLI::App& app, RunArgs& args);
+CLI::App* add_compare_command(CLI::App& app, CompareArgs& args);
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
+CLI::App* add_inspect_command(CLI::App& app, std::string& file);
+
+int run_train(const RunArgs& args);
+int run_compare(const CompareArgs& args);
+int run_bench(const BenchArgs& args);
+int run_inspect(const std::string& file);
+
+// One training run (train, and each precision of compare): builds the model from --seed, trains
+// it with AdamW through mt::train::Trainer, reports progress. `losses` (optional) receives every
+// step's loss.
+train::TrainSummary run_training(const RunArgs& args, train::Precision precision, DType param_dtype,
+                                 const LoadedData& data, const std::string& out_dir, const std::string& label,
+                                 std::vector<double>* losses = nullptr);
+
+}  // namespace mixtrain::cli

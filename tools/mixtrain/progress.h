@@ -1,0 +1,39 @@
+// Progress output of train/compare: a one-line progress bar redrawn in place when stdout is a
+// terminal, else one line per epoch (logs and pipes stay readable).
+#pragma once
+
+#include <mixtrain/train/trainer.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace mixtrain::cli {
+
+class Progress {
+ public:
+  // `label` prefixes every line ("[bf16] "); batch_size turns steps into samples.
+  Progress(std::string label, int64_t batch_size, bool terminal);
+  static bool stdout_is_terminal();
+
+  void on_step(const train::StepInfo& info);
+  void on_epoch(const train::EpochInfo& info);
+  // Clears the bar (before the caller prints its summary).
+  void finish();
+
+  // Installs both callbacks into the options.
+  void attach(train::TrainerOptions& options);
+
+ private:
+  void clear_bar();
+
+  std::string label_;
+  int64_t batch_size_;
+  bool terminal_;
+  bool bar_shown_ = false;
+  std::chrono::steady_clock::time_point last_draw_{};
+  train::StepInfo last_{};
+  int64_t epoch_first_step_ = 0;  // steps_this_run at the start of the current epoch
+};
+
+}  // namespace mixtrain::cli
