@@ -51,7 +51,8 @@ struct Conv2dOptions {
   int64_t groups = 1;
 };
 // x [N, C, H, W], weight [O, C/groups, kh, kw], bias [O] -> [N, O, H', W'] through oneDNN
-// (fp32 accumulation; bf16 native, fp16 through exact fp32 conversion, fp64 reference loop).
+// (fp32 accumulation; bf16 per the machine's bf16 path, see ops/linalg.h; fp16 through exact fp32
+// conversion; fp64 reference loop).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& opts = {});
 
 struct Pool2dOptions {

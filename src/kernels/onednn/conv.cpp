@@ -275,7 +275,8 @@ std::string conv2d_impl_info(const Shape& x, const Shape& w, bool bias, const Co
   for (ConvKind kind : {ConvKind::kForward, ConvKind::kBackwardData, ConvKind::kBackwardWeights}) {
     ConvKey key = make_key(kind, x, w, y, g, dtype, kind == ConvKind::kBackwardData ? Tensor() : b);
     EntryPtr e = cache().get(key, [&] { return create(key); });
-    info += (info.empty() ? "" : " ") + std::string(e->pd.impl_info_str());
+    if (!info.empty()) info += ' ';
+    info += e->pd.impl_info_str();
   }
   return info;
 }
