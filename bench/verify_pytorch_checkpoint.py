@@ -215,7 +215,8 @@ def main():
     name, precision = summary["model"], summary["precision"]
     dtypes = sorted({str(t.dtype).replace("torch.", "") for t in tensors.values()})
     print(f"run          {args.run_dir}")
-    print(f"weights      {weights}: {len(tensors)} tensors, {', '.join(dtypes)}; metadata {json.dumps(meta)}")
+    shown = {k: (v if len(v) <= 40 else f"<{len(v)} chars>") for k, v in meta.items()}
+    print(f"weights      {weights}: {len(tensors)} tensors, {', '.join(dtypes)}; metadata {json.dumps(shown)}")
     print(f"model        {name}, trained in {precision} (master weights {summary.get('master_weights')}), "
           f"{summary.get('steps')} steps")
 
@@ -255,13 +256,13 @@ def main():
     if acc16 is not None:
         print(f"{'PyTorch ' + precision + ' autocast':26}{fmt_acc(acc16):>14}{loss16:>11.4f}"
               f"{100 * (acc16 - acc_mt):>+12.2f}%")
-    else:
+    elif precision != "fp32":
         print(f"PyTorch {precision} autocast   {same_note}")
     print()
     images = round(abs(diff) * len(x))
     if abs(diff) <= ACC_TOLERANCE:
         print(f"PASS: PyTorch fp32 accuracy is within {ACC_TOLERANCE} of mixtrain's "
-              f"({images} of {len(x)} images differ in net count)")
+              f"(a net {images} of {len(x)} images)")
         return 0
     print(f"FAIL: PyTorch fp32 accuracy {acc32:.4f} differs from mixtrain's {acc_mt:.4f} by {abs(diff):.4f} "
           f"({images} images), more than the tolerance {ACC_TOLERANCE}: the weights did not load into an "
@@ -305,7 +306,7 @@ def verify_gpt(model, tensors, summary, args, same_dtype, same_note):
     print(f"{'PyTorch fp32':26}{fmt_acc(acc32):>15}{loss32:>10.4f}{loss32 - loss_mt:>+18.4f}")
     if acc16 is not None:
         print(f"{'PyTorch bf16 autocast':26}{fmt_acc(acc16):>15}{loss16:>10.4f}{loss16 - loss_mt:>+18.4f}")
-    else:
+    elif summary["precision"] != "fp32":
         print(f"PyTorch {summary['precision']} autocast   {same_note}")
     print()
     ok = abs(loss32 - loss_mt) <= GPT_LOSS_TOLERANCE and abs(acc32 - acc_mt) <= ACC_TOLERANCE
