@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 
 #include "mixtrain/device.h"
 #include "mixtrain/dtype.h"
@@ -45,6 +46,17 @@ void register_floating(DispatchTable<Fn>& table, DeviceType device) {
   table.set(device, kFloat64, &Kernel<double>::run);
   table.set(device, kFloat16, &Kernel<float16>::run);
   table.set(device, kBFloat16, &Kernel<bfloat16>::run);
+}
+
+// Registers Kernel<T> for every dtype: the floating ones through register_floating, then
+// int32, int64, uint8 and bool.
+template <template <typename> class Kernel, typename Fn>
+void register_all_dtypes(DispatchTable<Fn>& table, DeviceType device) {
+  register_floating<Kernel>(table, device);
+  table.set(device, kInt32, &Kernel<int32_t>::run);
+  table.set(device, kInt64, &Kernel<int64_t>::run);
+  table.set(device, kUInt8, &Kernel<uint8_t>::run);
+  table.set(device, kBool, &Kernel<bool>::run);
 }
 
 }  // namespace mixtrain::kernels

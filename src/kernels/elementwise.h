@@ -77,17 +77,6 @@ using CompareScalarFn = void(const Tensor& out, const Tensor& a, double b);
 const DispatchTable<CompareFn>& eq_kernel();
 const DispatchTable<CompareScalarFn>& compare_scalar_kernel(CompareOp op);
 
-// Registers Kernel<T> for every dtype (the floating ones through register_floating). Belongs next to
-// register_floating in kernels/dispatch.h; kept here until that header is next edited.
-template <template <typename> class Kernel, typename Fn>
-void register_all_dtypes(DispatchTable<Fn>& table, DeviceType device) {
-  register_floating<Kernel>(table, device);
-  table.set(device, kInt32, &Kernel<int32_t>::run);
-  table.set(device, kInt64, &Kernel<int64_t>::run);
-  table.set(device, kUInt8, &Kernel<uint8_t>::run);
-  table.set(device, kBool, &Kernel<bool>::run);
-}
-
 // Which vector instruction set the CPU elementwise compute loops use. Chosen once from cpuid (the
 // best the CPU and OS support); tests switch it to check every variant against the generic one.
 // Variants may differ in the last bit (FMA contraction), never in the thread-count independence.

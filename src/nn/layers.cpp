@@ -107,52 +107,37 @@ std::string Conv2d::extra_repr() const {
 // ---------------------------------------------------------------------------------------------
 // Pooling
 
-namespace {
-void check_pool(const char* name, Size2 k, Size2 s, Size2 p) {
-  MT_CHECK(k.h > 0 && k.w > 0 && s.h > 0 && s.w > 0, name, ": kernel size and stride must be positive, got kernel ",
-           str(k), ", stride ", str(s));
-  MT_CHECK(p.h >= 0 && p.w >= 0 && 2 * p.h <= k.h && 2 * p.w <= k.w, name,
+Pool2dBase::Pool2dBase(const char* type_name, Size2 kernel_size, const Pool2dOptions& opts)
+    : Module(type_name), kernel_size_(kernel_size), stride_(opts.stride.value_or(kernel_size)), padding_(opts.padding) {
+  const Size2 k = kernel_size_, s = stride_, p = padding_;
+  MT_CHECK(k.h > 0 && k.w > 0 && s.h > 0 && s.w > 0, type_name,
+           ": kernel size and stride must be positive, got kernel ", str(k), ", stride ", str(s));
+  MT_CHECK(p.h >= 0 && p.w >= 0 && 2 * p.h <= k.h && 2 * p.w <= k.w, type_name,
            ": padding must be at most half the kernel size (PyTorch's rule), got padding ", str(p), " for kernel ",
            str(k));
 }
-F::Pool2dOptions pool_opts(Size2 k, Size2 s, Size2 p) {
-  return {.kernel_h = k.h, .kernel_w = k.w, .stride_h = s.h, .stride_w = s.w, .padding_h = p.h, .padding_w = p.w};
-}
-}  // namespace
 
-MaxPool2d::MaxPool2d(Size2 kernel_size, Pool2dOptions opts)
-    : Module("MaxPool2d"),
-      kernel_size_(kernel_size),
-      stride_(opts.stride.value_or(kernel_size)),
-      padding_(opts.padding) {
-  check_pool("MaxPool2d", kernel_size_, stride_, padding_);
+Tensor Pool2dBase::pool(const Tensor& x, Tensor (*fn)(const Tensor&, const F::Pool2dOptions&)) const {
+  MT_CHECK(x.dim() == 4, type_name(), ": expected an input [N, C, H, W], got ", describe(x));
+  return fn(x, {.kernel_h = kernel_size_.h,
+                .kernel_w = kernel_size_.w,
+                .stride_h = stride_.h,
+                .stride_w = stride_.w,
+                .padding_h = padding_.h,
+                .padding_w = padding_.w});
 }
 
-Tensor MaxPool2d::forward(const Tensor& x) {
-  MT_CHECK(x.dim() == 4, "MaxPool2d: expected an input [N, C, H, W], got ", describe(x));
-  return F::max_pool2d(x, pool_opts(kernel_size_, stride_, padding_));
-}
-
-std::string MaxPool2d::extra_repr() const {
+std::string Pool2dBase::extra_repr() const {
   return concat("kernel_size=", str(kernel_size_), ", stride=", str(stride_), ", padding=", str(padding_));
 }
 
-AvgPool2d::AvgPool2d(Size2 kernel_size, Pool2dOptions opts)
-    : Module("AvgPool2d"),
-      kernel_size_(kernel_size),
-      stride_(opts.stride.value_or(kernel_size)),
-      padding_(opts.padding) {
-  check_pool("AvgPool2d", kernel_size_, stride_, padding_);
-}
+MaxPool2d::MaxPool2d(Size2 kernel_size, Pool2dOptions opts) : Pool2dBase("MaxPool2d", kernel_size, opts) {}
 
-Tensor AvgPool2d::forward(const Tensor& x) {
-  MT_CHECK(x.dim() == 4, "AvgPool2d: expected an input [N, C, H, W], got ", describe(x));
-  return F::avg_pool2d(x, pool_opts(kernel_size_, stride_, padding_));
-}
+Tensor MaxPool2d::forward(const Tensor& x) { return pool(x, F::max_pool2d); }
 
-std::string AvgPool2d::extra_repr() const {
-  return concat("kernel_size=", str(kernel_size_), ", stride=", str(stride_), ", padding=", str(padding_));
-}
+AvgPool2d::AvgPool2d(Size2 kernel_size, Pool2dOptions opts) : Pool2dBase("AvgPool2d", kernel_size, opts) {}
+
+Tensor AvgPool2d::forward(const Tensor& x) { return pool(x, F::avg_pool2d); }
 
 // ---------------------------------------------------------------------------------------------
 // Flatten

@@ -33,6 +33,13 @@ void check_same(const char* op, const Tensor& a, const char* an, const Tensor& b
            " and ", b.device());
 }
 
+// The checks matmul and bmm share: floating operands of one dtype, on one device.
+void check_operands(const char* op, const Tensor& a, const Tensor& b) {
+  check_floating(op, a, "first argument");
+  check_floating(op, b, "second argument");
+  check_same(op, a, "a", b, "b");
+}
+
 // True when the batch and row dims of `a` (rank >= 2) merge into one dim without a copy.
 bool rows_mergeable(const Tensor& a) {
   int64_t expected = -1;  // stride the next outer (non-size-1) dim must have
@@ -88,17 +95,12 @@ Tensor reduce_to(const Tensor& g, const Shape& shape) {
 
 Tensor to_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
 
-// g.reshape(shape), also for a 0-d g (Tensor::view does not yet take a 0-d tensor to [1, 1]).
-Tensor reshape_grad(const Tensor& g, const Shape& shape) { return (g.dim() == 0 ? g.unsqueeze(0) : g).reshape(shape); }
-
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
   auto region = ops::autocast(OpId::k_matmul, {&a, &b});
-  check_floating("matmul", a, "first argument");
-  check_floating("matmul", b, "second argument");
-  check_same("matmul", a, "a", b, "b");
+  check_operands("matmul", a, b);
   MT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got ", describe(a), " and ",
            describe(b));
   // NumPy: a 1-D left operand is a row vector, a 1-D right operand a column vector; the added dim
@@ -120,7 +122,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     SavedTensor sa = need_b ? SavedTensor(a) : SavedTensor(), sb = need_a ? SavedTensor(b) : SavedTensor();
     const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
     autograd::record("matmul", {a, b}, out, [=](const TensorList& grads) {
-      Tensor g = reshape_grad(to_dtype(grads[0], dt), full_shape);
+      Tensor g = to_dtype(grads[0], dt).reshape(full_shape);
       TensorList result(2);
       if (need_a) {
         Tensor B = sb.unpack("matmul");
@@ -148,9 +150,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
   auto region = ops::autocast(OpId::k_bmm, {&a, &b});
-  check_floating("bmm", a, "first argument");
-  check_floating("bmm", b, "second argument");
-  check_same("bmm", a, "a", b, "b");
+  check_operands("bmm", a, b);
   MT_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors [batch, n, k] and [batch, k, m], got ", describe(a),
            " and ", describe(b));
   MT_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: ", describe(a), " and ", describe(b),

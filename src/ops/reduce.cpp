@@ -123,13 +123,10 @@ Plan plan(const char* op, const Tensor& x, const Shape& dims, bool keepdim) {
   return p;
 }
 
-// A reduction's result (or its gradient) with the reduced dims (sorted) kept as size 1. Uses
-// unsqueeze because Tensor::reshape cannot view a 0-dim tensor as [1, ...].
-Tensor with_kept_dims(const Tensor& t, const Shape& dims, bool keepdim) {
-  if (keepdim) return t;
-  Tensor r = t;
-  for (int64_t d : dims) r = r.unsqueeze(d);
-  return r;
+// A reduction's result (or its gradient) with the reduced dims kept as size 1 (`keep_shape`, the
+// plan's): a view.
+Tensor with_kept_dims(const Tensor& t, const Shape& keep_shape, bool keepdim) {
+  return keepdim ? t : t.reshape(keep_shape);
 }
 
 // The accumulation dtype of the sum kernels: what sum(x, dtype=...) can store without converting
@@ -172,8 +169,8 @@ Tensor reduce_sum(const char* op, Tensor x, const Shape& dims, bool keepdim, std
   if (is_floating(out_dtype) && autograd::needs_grad({&x})) {
     autograd::record(
         op, {x}, out,
-        [rdims = p.dims, keepdim, in_shape = x.shape(), in_dtype = x.dtype(), scale, mean](const TensorList& g) {
-          Tensor go = with_kept_dims(g[0], rdims, keepdim);
+        [kept = p.keep_shape, keepdim, in_shape = x.shape(), in_dtype = x.dtype(), scale, mean](const TensorList& g) {
+          Tensor go = with_kept_dims(g[0], kept, keepdim);
           if (mean) go = mul(go, scale);
           // Expand and convert in one pass.
           Tensor gi = Tensor::empty(in_shape, in_dtype, go.device());
@@ -198,13 +195,14 @@ Tensor reduce_max(OpId id, const char* op, const Tensor& x_, const Shape& dims, 
 
   if (autograd::needs_grad({&x})) {
     SavedTensor saved_x(x), saved_out(out);
-    autograd::record(op, {x}, out, [saved_x, saved_out, op, keepdim, rdims = p.dims](const TensorList& g) {
-      // The gradient goes to every position holding the maximum, split evenly among ties.
-      const Tensor xv = saved_x.unpack(op);
-      const Tensor is_max = eq(xv, with_kept_dims(saved_out.unpack(op), rdims, keepdim)).to(xv.dtype());
-      const Tensor ties = sum(is_max, rdims, /*keepdim=*/true);
-      return TensorList{mul(is_max, div(with_kept_dims(g[0], rdims, keepdim), ties))};
-    });
+    autograd::record(op, {x}, out,
+                     [saved_x, saved_out, op, keepdim, rdims = p.dims, kept = p.keep_shape](const TensorList& g) {
+                       // The gradient goes to every position holding the maximum, split evenly among ties.
+                       const Tensor xv = saved_x.unpack(op);
+                       const Tensor is_max = eq(xv, with_kept_dims(saved_out.unpack(op), kept, keepdim)).to(xv.dtype());
+                       const Tensor ties = sum(is_max, rdims, /*keepdim=*/true);
+                       return TensorList{mul(is_max, div(with_kept_dims(g[0], kept, keepdim), ties))};
+                     });
   }
   return out;
 }

@@ -153,36 +153,8 @@ std::string TrainSummary::to_json(int indent) const {
 
 // ---- construction -----------------------------------------------------------------------------
 
-Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dataset& train_data,
-                 const data::Dataset* eval_data, TrainerOptions options)
-    : model_(&model),
-      optimizer_(&optimizer),
-      train_data_(&train_data),
-      eval_data_(eval_data),
-      options_(std::move(options)),
-      loader_(train_data, {.batch_size = options_.batch_size,
-                           .shuffle = options_.shuffle,
-                           .seed = options_.seed,
-                           .drop_last = options_.drop_last,
-                           .prefetch = options_.prefetch}),
-      scaler_([&] {
-        amp::GradScalerOptions o = options_.precision.scaler_options;
-        o.enabled = uses_scaler(options_.precision);
-        return o;
-      }()) {
-  init();
-  // Mode (b) needs masters, which the optimizer creates only for parameters that were already
-  // 16-bit when it was built: converting afterwards would leave it updating 16-bit values directly.
-  if (options_.precision.param_dtype != kFloat32)
-    for (const Tensor& p : optimizer.parameters())
-      MT_CHECK(p.dtype() == options_.precision.param_dtype, "Trainer: master weights ",
-               short_dtype_name(options_.precision.param_dtype), " need the model converted before the optimizer is ",
-               "built (a parameter is ", p.dtype(), "): call mt::train::prepare_model(model, precision) first, ",
-               "or pass an OptimizerFactory");
-}
-
-Trainer::Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, const data::Dataset& train_data,
-                 const data::Dataset* eval_data, TrainerOptions options)
+Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data::Dataset* eval_data,
+                 TrainerOptions options)
     : model_(&model),
       optimizer_(nullptr),
       train_data_(&train_data),
@@ -198,18 +170,6 @@ Trainer::Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, cons
         o.enabled = uses_scaler(options_.precision);
         return o;
       }()) {
-  init();
-  prepare_model(model, options_.precision);
-  std::vector<optim::NamedParameter> params;
-  for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
-  owned_optimizer_ = make_optimizer(std::move(params));
-  MT_CHECK(owned_optimizer_ != nullptr, "Trainer: the optimizer factory returned null");
-  optimizer_ = owned_optimizer_.get();
-}
-
-Trainer::~Trainer() = default;
-
-void Trainer::init() {
   validate(options_.precision);
   MT_CHECK(options_.epochs >= 1, "Trainer: epochs must be >= 1, got ", options_.epochs);
   MT_CHECK(options_.max_steps >= 0, "Trainer: max_steps must be >= 0, got ", options_.max_steps);
@@ -220,6 +180,33 @@ void Trainer::init() {
   MT_CHECK(loader_.size() > 0, "Trainer: the training set (", train_data_->size(), " examples) holds no full batch of ",
            options_.batch_size);
 }
+
+Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dataset& train_data,
+                 const data::Dataset* eval_data, TrainerOptions options)
+    : Trainer(model, train_data, eval_data, std::move(options)) {
+  optimizer_ = &optimizer;
+  // Mode (b) needs masters, which the optimizer creates only for parameters that were already
+  // 16-bit when it was built: converting afterwards would leave it updating 16-bit values directly.
+  if (options_.precision.param_dtype != kFloat32)
+    for (const Tensor& p : optimizer.parameters())
+      MT_CHECK(p.dtype() == options_.precision.param_dtype, "Trainer: master weights ",
+               short_dtype_name(options_.precision.param_dtype), " need the model converted before the optimizer is ",
+               "built (a parameter is ", p.dtype(), "): call mt::train::prepare_model(model, precision) first, ",
+               "or pass an OptimizerFactory");
+}
+
+Trainer::Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, const data::Dataset& train_data,
+                 const data::Dataset* eval_data, TrainerOptions options)
+    : Trainer(model, train_data, eval_data, std::move(options)) {
+  prepare_model(model, options_.precision);
+  std::vector<optim::NamedParameter> params;
+  for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
+  owned_optimizer_ = make_optimizer(std::move(params));
+  MT_CHECK(owned_optimizer_ != nullptr, "Trainer: the optimizer factory returned null");
+  optimizer_ = owned_optimizer_.get();
+}
+
+Trainer::~Trainer() = default;
 
 int64_t Trainer::total_steps() const {
   return options_.max_steps > 0 ? options_.max_steps : options_.epochs * loader_.size();

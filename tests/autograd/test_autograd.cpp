@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
 
@@ -38,29 +39,6 @@ V expected_view_grad(const mt::Tensor& x, const mt::Tensor& y, const mt::Tensor&
   for (size_t j = 0; j < yv.size(); ++j) grad[static_cast<size_t>(yv[j])] += gv[j];
   return grad;
 }
-
-struct Caught {
-  bool is_mt_error = false;
-  std::string message;
-};
-template <typename F>
-Caught catch_error(F&& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return {true, e.what()};
-  } catch (const std::exception& e) {
-    return {false, std::string("a non-mt::Error exception: ") + e.what()};
-  }
-  return {false, "no exception"};
-}
-#define EXPECT_MT_ERROR(stmt, ...)                                                                                  \
-  do {                                                                                                              \
-    Caught c_ = catch_error([&] { (void)(stmt); });                                                                 \
-    EXPECT_TRUE(c_.is_mt_error) << #stmt << ": " << c_.message;                                                     \
-    for (const char* part_ : {__VA_ARGS__})                                                                         \
-      EXPECT_NE(c_.message.find(part_), std::string::npos) << "\"" << c_.message << "\" lacks \"" << part_ << "\""; \
-  } while (0)
 
 TEST(Autograd, BackwardThroughViewChains) {
   using Chain = mt::Tensor (*)(const mt::Tensor&);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "support/expect_error.h"
 #include "support/gradcheck.h"
 
 namespace mt = mixtrain;
@@ -15,23 +16,12 @@ namespace {
 
 using V = std::vector<double>;
 using mt::autograd::TensorList;
+using mt::testing::error_message;
 
 V values(const mt::Tensor& t) { return t.to_vector<double>(); }
 
 mt::Tensor leaf(const std::vector<float>& v, const mt::Shape& shape, mt::DType dtype = mt::kFloat32) {
   return mt::from_vector(v, shape, {.dtype = dtype}).requires_grad_();
-}
-
-// The message of the mt::Error that f throws ("" and a test failure when it throws none).
-template <typename F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no mt::Error thrown";
-  return "";
 }
 
 TEST(AutogradOps, ExpandBackwardSumsOverBroadcastDims) {

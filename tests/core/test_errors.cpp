@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
 
@@ -77,17 +78,12 @@ TEST(Errors, BadInputsThrowMtErrorNamingTheOpAndShapes) {
   };
   for (const BadInput& c : cases) {
     SCOPED_TRACE(c.what);
-    std::string message;
-    try {
-      c.run();
-      ADD_FAILURE() << "no exception";
-      continue;
-    } catch (const mt::Error& e) {
-      message = e.what();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "threw a std::exception that is not mt::Error: " << e.what();
+    const mt::testing::Caught caught = mt::testing::catch_error(c.run);
+    if (!caught.is_mt_error) {
+      ADD_FAILURE() << "expected an mt::Error; got " << caught.message;
       continue;
     }
+    const std::string& message = caught.message;
     for (const char* part : c.message_parts)
       EXPECT_NE(message.find(part), std::string::npos) << "\"" << message << "\" lacks \"" << part << "\"";
     // A user error is not reported as a bug in mixtrain.

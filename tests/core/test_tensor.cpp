@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
 
@@ -21,31 +22,6 @@ mt::Tensor iota(const mt::Shape& shape) {
   return mt::arange(0.0, static_cast<double>(shape.numel()), 1.0, {.dtype = mt::kFloat32}).reshape(shape);
 }
 V values(const mt::Tensor& t) { return t.to_vector<double>(); }
-
-struct Caught {
-  bool is_mt_error = false;
-  std::string message;
-};
-// Runs f and reports whether it threw mt::Error, and the message.
-template <typename F>
-Caught catch_error(F&& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return {true, e.what()};
-  } catch (const std::exception& e) {
-    return {false, std::string("a non-mt::Error exception: ") + e.what()};
-  }
-  return {false, "no exception"};
-}
-// EXPECT_MT_ERROR(statement, "part", ...): the statement throws mt::Error whose message holds every part.
-#define EXPECT_MT_ERROR(stmt, ...)                                                                                  \
-  do {                                                                                                              \
-    Caught c_ = catch_error([&] { (void)(stmt); });                                                                 \
-    EXPECT_TRUE(c_.is_mt_error) << #stmt << ": " << c_.message;                                                     \
-    for (const char* part_ : {__VA_ARGS__})                                                                         \
-      EXPECT_NE(c_.message.find(part_), std::string::npos) << "\"" << c_.message << "\" lacks \"" << part_ << "\""; \
-  } while (0)
 
 TEST(Tensor, ShapeStridesAndSizes) {
   mt::Tensor t = mt::empty({2, 3, 4}, {.dtype = mt::kBFloat16});

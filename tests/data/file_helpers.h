@@ -1,9 +1,11 @@
 // Small file helpers for the data and io tests: a self-removing temporary directory, raw byte
-// writers (plain and gzip through zlib) and a reader.
+// writers (plain and gzip through zlib), a reader, and a file size limit that makes writes fail.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -64,6 +66,35 @@ inline std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
+
+// While alive, limits the size of the files this process writes to `bytes` (RLIMIT_FSIZE) with
+// SIGXFSZ ignored, so that a write past the limit fails with EFBIG as on a full disk instead of
+// killing the process; the previous limit and handler come back on destruction. ok() is false when
+// the limit could not be set.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    if (getrlimit(RLIMIT_FSIZE, &old_limit_) != 0) return;
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    handler_set_ = true;
+    struct rlimit small = old_limit_;
+    small.rlim_cur = bytes;
+    ok_ = setrlimit(RLIMIT_FSIZE, &small) == 0;
+  }
+  ~FileSizeLimit() {
+    if (ok_) setrlimit(RLIMIT_FSIZE, &old_limit_);
+    if (handler_set_) signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+  bool ok() const { return ok_; }
+
+ private:
+  struct rlimit old_limit_ {};
+  void (*old_handler_)(int) = SIG_DFL;
+  bool handler_set_ = false, ok_ = false;
+};
 
 // Big-endian encodings for IDX headers and data.
 inline std::string be32(uint32_t v) {

@@ -4,13 +4,14 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 
 #include "data/file_helpers.h"
 #include "mixtrain/data/dataset.h"
 #include "mixtrain/mixtrain.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
+using mt::testing::error_message;
 using mt::testing::idx_header;
 using mt::testing::TempDir;
 using mt::testing::write_bytes;
@@ -20,15 +21,6 @@ namespace {
 
 bool fashion_installed() {
   return std::filesystem::exists(std::string(mt::data::kFashionMNISTDefaultDir) + "/t10k-labels-idx1-ubyte.gz");
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 // Three 28x28 images (pixel p of image i = (i * 100 + p) % 256) and labels {3, 0, 9}.
@@ -81,38 +73,38 @@ TEST(DatasetMNIST, RejectsBadFilesNamingThem) {
   write_small_mnist(dir, "train", false, false);
   // A label outside [0, 10): named with its byte offset (8-byte header + index).
   write_bytes(dir.file("train-labels-idx1-ubyte"), idx_header(0x08, {3}) + std::string{3, 10, 9});
-  std::string msg = error_of([&] { mt::data::MNIST(dir.path(), mt::data::Split::kTrain); });
+  std::string msg = error_message([&] { mt::data::MNIST(dir.path(), mt::data::Split::kTrain); });
   EXPECT_NE(msg.find("label 10 at byte offset 9"), std::string::npos) << msg;
   // Label count differs from image count.
   write_bytes(dir.file("train-labels-idx1-ubyte"), idx_header(0x08, {2}) + std::string{3, 1});
-  msg = error_of([&] { mt::data::MNIST(dir.path(), mt::data::Split::kTrain); });
+  msg = error_message([&] { mt::data::MNIST(dir.path(), mt::data::Split::kTrain); });
   EXPECT_NE(msg.find("has 2 labels"), std::string::npos) << msg;
   // Images of the wrong size.
   write_bytes(dir.file("train-images-idx3-ubyte"), idx_header(0x08, {2, 27, 27}) + std::string(2 * 27 * 27, 'a'));
-  msg = error_of([&] { mt::data::MNIST(dir.path(), mt::data::Split::kTrain); });
+  msg = error_message([&] { mt::data::MNIST(dir.path(), mt::data::Split::kTrain); });
   EXPECT_NE(msg.find("expected uint8 images [N, 28, 28]"), std::string::npos) << msg;
   // Out-of-range index.
   write_small_mnist(dir, "t10k", false, false);
   mt::data::MNIST ok(dir.path(), mt::data::Split::kTest);
-  msg = error_of([&] { ok.get(3); });
+  msg = error_message([&] { ok.get(3); });
   EXPECT_NE(msg.find("index 3 is out of range"), std::string::npos) << msg;
 }
 
 TEST(DatasetFashionMNIST, MissingDirectoryAndFileMessages) {
-  std::string msg = error_of([] { mt::data::FashionMNIST("/nonexistent/fmnist", mt::data::Split::kTrain); });
+  std::string msg = error_message([] { mt::data::FashionMNIST("/nonexistent/fmnist", mt::data::Split::kTrain); });
   EXPECT_NE(msg.find("'/nonexistent/fmnist'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("apt-get install dataset-fashion-mnist"), std::string::npos) << msg;
 
   TempDir dir;
   write_small_mnist(dir, "train", true, true);
   std::filesystem::remove(dir.file("train-labels-idx1-ubyte.gz"));
-  msg = error_of([&] { mt::data::FashionMNIST(dir.path(), mt::data::Split::kTrain); });
+  msg = error_message([&] { mt::data::FashionMNIST(dir.path(), mt::data::Split::kTrain); });
   EXPECT_NE(msg.find("missing file 'train-labels-idx1-ubyte' (or 'train-labels-idx1-ubyte.gz')"), std::string::npos)
       << msg;
   EXPECT_NE(msg.find(dir.path()), std::string::npos) << msg;
   EXPECT_NE(msg.find("apt-get install dataset-fashion-mnist"), std::string::npos) << msg;
   // MNIST has no package to suggest.
-  msg = error_of([&] { mt::data::MNIST(dir.path(), mt::data::Split::kTrain); });
+  msg = error_message([&] { mt::data::MNIST(dir.path(), mt::data::Split::kTrain); });
   EXPECT_EQ(msg.find("apt-get"), std::string::npos) << msg;
 }
 
@@ -199,7 +191,7 @@ TEST(TextDataset, StrideAndSplitsAreDeterministicAndDisjoint) {
   EXPECT_EQ(mt::data::TextDataset::decode(val.get(11).target), text.substr(92, 8));
 
   // Too short for the context: the message says how many bytes are needed.
-  std::string msg = error_of(
+  std::string msg = error_message(
       [&] { mt::data::TextDataset::from_string(text, 30, {.part = mt::data::TextPart::kVal, .val_fraction = 0.2}); });
   EXPECT_NE(msg.find("has 20 bytes; a context of 30 needs at least 31"), std::string::npos) << msg;
   EXPECT_THROW(mt::data::TextDataset::from_string("abc", 0), mt::Error);
@@ -216,12 +208,12 @@ TEST(TextDataset, ReadsFileBytesIncludingUtf8) {
   EXPECT_EQ(mt::data::TextDataset::decode(mt::data::TextDataset::encode(text)), text);
 
   write_bytes(dir.file("short.txt"), "abc");
-  std::string msg = error_of([&] { mt::data::TextDataset(dir.file("short.txt"), 128); });
+  std::string msg = error_message([&] { mt::data::TextDataset(dir.file("short.txt"), 128); });
   EXPECT_NE(msg.find("short.txt"), std::string::npos) << msg;
   EXPECT_NE(msg.find("needs at least 129"), std::string::npos) << msg;
-  msg = error_of([&] { mt::data::TextDataset(dir.file("missing.txt"), 4); });
+  msg = error_message([&] { mt::data::TextDataset(dir.file("missing.txt"), 4); });
   EXPECT_NE(msg.find("missing.txt"), std::string::npos) << msg;
-  msg = error_of([&] { mt::data::TextDataset(dir.file("t.txt"), 4, {.max_bytes = 10}); });
+  msg = error_message([&] { mt::data::TextDataset(dir.file("t.txt"), 4, {.max_bytes = 10}); });
   EXPECT_NE(msg.find("above the limit of 10"), std::string::npos) << msg;
   EXPECT_THROW(mt::data::TextDataset::decode(mt::from_vector<int64_t>({65, 256})), mt::Error);
 }

@@ -1,14 +1,14 @@
 // Training checkpoints: round trip, the format marker, atomic overwrite, and RNG state.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 
 #include "data/file_helpers.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/mixtrain.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
+using mt::testing::FileSizeLimit;
 using mt::testing::TempDir;
 
 namespace {
@@ -77,21 +77,13 @@ TEST(Checkpoint, FailedSaveKeepsThePreviousCheckpoint) {
 
   mt::io::Checkpoint big = sample_checkpoint(2.0f);
   big.tensors["model.big"] = mt::zeros({1 << 15});
-  struct rlimit old_limit;
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
-  auto old_handler = signal(SIGXFSZ, SIG_IGN);
-  struct rlimit small = old_limit;
-  small.rlim_cur = 8192;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  bool threw = false;
-  try {
-    mt::io::save_checkpoint(path, big);
-  } catch (const mt::Error&) {
-    threw = true;
+  mt::testing::Caught caught;
+  {
+    const FileSizeLimit limit(8192);
+    ASSERT_TRUE(limit.ok());
+    caught = mt::testing::catch_error([&] { mt::io::save_checkpoint(path, big); });
   }
-  setrlimit(RLIMIT_FSIZE, &old_limit);
-  signal(SIGXFSZ, old_handler);
-  EXPECT_TRUE(threw);
+  EXPECT_TRUE(caught.is_mt_error) << caught.message;
 
   mt::io::Checkpoint back = mt::io::load_checkpoint(path);
   EXPECT_EQ(back.tensor("model.0.bias").to_vector<float>(), (std::vector<float>{1, 1, 1, 1}));

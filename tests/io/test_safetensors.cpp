@@ -1,8 +1,6 @@
 // safetensors: bit-exact round trips of every dtype, byte-level conformance with the reference
 // implementation's own test vectors, hostile files, and the atomic write.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 
 #include <cstring>
 #include <filesystem>
@@ -11,8 +9,10 @@
 #include "data/file_helpers.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/mixtrain.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
+using mt::testing::FileSizeLimit;
 using mt::testing::read_bytes;
 using mt::testing::TempDir;
 using mt::testing::write_bytes;
@@ -269,20 +269,14 @@ TEST(Safetensors, FailedSaveLeavesThePreviousFileIntact) {
 
   // 2. The disk "fills up" mid-write: a 4 KiB file size limit makes write() fail with EFBIG while
   // the 64 KiB tensor is being written (SIGXFSZ ignored so that the process survives).
-  struct rlimit old_limit;
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
-  auto old_handler = signal(SIGXFSZ, SIG_IGN);
-  struct rlimit small = old_limit;
-  small.rlim_cur = 4096;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string msg;
-  try {
-    mt::io::save_safetensors(path, {{"w", mt::zeros({16384})}});
-  } catch (const mt::Error& e) {
-    msg = e.what();
+  mt::testing::Caught caught;
+  {
+    const FileSizeLimit limit(4096);
+    ASSERT_TRUE(limit.ok());
+    caught = mt::testing::catch_error([&] { mt::io::save_safetensors(path, {{"w", mt::zeros({16384})}}); });
   }
-  setrlimit(RLIMIT_FSIZE, &old_limit);
-  signal(SIGXFSZ, old_handler);
+  const std::string& msg = caught.message;
+  EXPECT_TRUE(caught.is_mt_error) << msg;
   EXPECT_NE(msg.find("write failed"), std::string::npos) << msg;
   EXPECT_NE(msg.find("unchanged"), std::string::npos) << msg;
   EXPECT_EQ(read_bytes(path), before);

@@ -8,11 +8,13 @@
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/nn/modules.h"
+#include "support/expect_error.h"
 #include "support/gradcheck.h"
 
 namespace mt = mixtrain;
 namespace nn = mixtrain::nn;
 namespace F = mixtrain::nn::functional;
+using mt::testing::error_message;
 using mt::testing::gradcheck;
 using mt::testing::kFp32VsReference;
 using mt::testing::rand_input;
@@ -22,15 +24,6 @@ namespace {
 // N = 2, C = 2, H = 1, W = 2. Channel 0 holds {1, 2, 3, 4}: mean 2.5, biased var 1.25, unbiased 5/3.
 // Channel 1 holds {0, 2, 0, 2}: mean 1, biased var 1, unbiased 4/3.
 mt::Tensor fixed_input() { return mt::from_vector<float>({1, 2, 0, 2, 3, 4, 0, 2}, {2, 2, 1, 2}); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 }  // namespace
 
@@ -212,9 +205,10 @@ TEST(BatchNormTest, UnderAutocastRunsInTheInputDtype) {
 
 TEST(BatchNormTest, ErrorsNameTheOp) {
   mt::Tensor x = mt::ones({2, 3, 2, 2});
-  EXPECT_NE(error_of([&] { F::batch_norm(x, {}, {}, mt::ones({4})); }).find("batch_norm: weight"), std::string::npos);
-  EXPECT_NE(error_of([&] { F::batch_norm(x, {}, {}, {}, {}, false); }).find("evaluation mode"), std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_message([&] { F::batch_norm(x, {}, {}, mt::ones({4})); }).find("batch_norm: weight"),
+            std::string::npos);
+  EXPECT_NE(error_message([&] { F::batch_norm(x, {}, {}, {}, {}, false); }).find("evaluation mode"), std::string::npos);
+  EXPECT_NE(error_message([&] {
               F::batch_norm(mt::ones({1, 3}), {}, {}, {}, {}, true);
             }).find("more than 1 value"),
             std::string::npos);
@@ -222,5 +216,5 @@ TEST(BatchNormTest, ErrorsNameTheOp) {
   EXPECT_THROW(F::batch_norm(mt::ones({3}), {}, {}, {}, {}, true), mt::Error);
   EXPECT_THROW(F::batch_norm(x, {}, {}, mt::ones({3}, {.dtype = mt::kFloat64}), {}, true), mt::Error);
   nn::BatchNorm2d bn(3);
-  EXPECT_NE(error_of([&] { bn(mt::ones({2, 4, 2, 2})); }).find("BatchNorm2d(3)"), std::string::npos);
+  EXPECT_NE(error_message([&] { bn(mt::ones({2, 4, 2, 2})); }).find("BatchNorm2d(3)"), std::string::npos);
 }

@@ -7,9 +7,11 @@
 
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/nn/modules.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
 namespace nn = mixtrain::nn;
+using mt::testing::error_message;
 
 namespace {
 
@@ -17,18 +19,6 @@ std::vector<std::string> names_of(const std::vector<nn::NamedTensor>& v) {
   std::vector<std::string> out;
   for (const auto& [n, t] : v) out.push_back(n);
   return out;
-}
-
-// Runs `f`, expects an mt::Error, and returns its message.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mt::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an mt::Error";
-  return "";
 }
 
 // A user-defined module with a parameter, a buffer, a non-persistent buffer and a child.
@@ -59,15 +49,15 @@ TEST(ModuleTest, RegistrationNamesAndErrors) {
   // The non-persistent buffer is not part of the state.
   EXPECT_EQ(m.state_dict().keys(), (std::vector<std::string>{"scale", "counter", "inner.weight", "inner.bias"}));
 
-  EXPECT_NE(error_of([&] { m.register_parameter("scale", mt::ones({1})); }).find("\"scale\""), std::string::npos);
-  EXPECT_NE(error_of([&] { m.register_buffer("inner", mt::ones({1})); }).find("submodule"), std::string::npos);
-  EXPECT_NE(error_of([&] { m.register_parameter("a.b", mt::ones({1})); }).find("'.'"), std::string::npos);
+  EXPECT_NE(error_message([&] { m.register_parameter("scale", mt::ones({1})); }).find("\"scale\""), std::string::npos);
+  EXPECT_NE(error_message([&] { m.register_buffer("inner", mt::ones({1})); }).find("submodule"), std::string::npos);
+  EXPECT_NE(error_message([&] { m.register_parameter("a.b", mt::ones({1})); }).find("'.'"), std::string::npos);
   EXPECT_THROW(m.register_parameter("", mt::ones({1})), mt::Error);
   EXPECT_THROW(m.register_parameter("ints", mt::zeros({1}, {.dtype = mt::kInt64})), mt::Error);
   EXPECT_THROW(m.register_module("null", std::shared_ptr<nn::Module>()), mt::Error);
   // A base Module has no forward.
   nn::Module bare;
-  EXPECT_NE(error_of([&] { bare(mt::ones({1})); }).find("no forward"), std::string::npos);
+  EXPECT_NE(error_message([&] { bare(mt::ones({1})); }).find("no forward"), std::string::npos);
 }
 
 TEST(ModuleTest, NamedModulesAndApply) {
@@ -151,18 +141,18 @@ TEST(ModuleTest, LoadStateDictErrorsNameTheKeys) {
 
   nn::StateDict missing = model.state_dict();
   missing.erase("2.bias");
-  std::string msg = error_of([&] { model.load_state_dict(missing); });
+  std::string msg = error_message([&] { model.load_state_dict(missing); });
   EXPECT_NE(msg.find("missing keys: \"2.bias\""), std::string::npos) << msg;
 
   nn::StateDict unexpected = model.state_dict();
   unexpected.insert("5.weight", mt::zeros({1}));
-  msg = error_of([&] { model.load_state_dict(unexpected); });
+  msg = error_message([&] { model.load_state_dict(unexpected); });
   EXPECT_NE(msg.find("unexpected keys: \"5.weight\""), std::string::npos) << msg;
 
   nn::StateDict wrong_shape = model.state_dict();
   wrong_shape.insert("0.weight", mt::zeros({16, 1, 3, 3}));
   wrong_shape.insert("2.weight", mt::zeros({2, 8}));  // valid: must not be copied since another entry fails
-  msg = error_of([&] { model.load_state_dict(wrong_shape); });
+  msg = error_message([&] { model.load_state_dict(wrong_shape); });
   EXPECT_NE(msg.find("\"0.weight\""), std::string::npos) << msg;
   EXPECT_NE(msg.find("[16, 1, 3, 3]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[32, 1, 3, 3]"), std::string::npos) << msg;
@@ -170,7 +160,7 @@ TEST(ModuleTest, LoadStateDictErrorsNameTheKeys) {
 
   nn::StateDict wrong_kind = model.state_dict();
   wrong_kind.insert("2.bias", mt::zeros({2}, {.dtype = mt::kInt64}));
-  msg = error_of([&] { model.load_state_dict(wrong_kind); });
+  msg = error_message([&] { model.load_state_dict(wrong_kind); });
   EXPECT_NE(msg.find("dtype mismatch for \"2.bias\""), std::string::npos) << msg;
 
   // Non-strict: missing/unexpected keys are reported, the rest is loaded; shape errors still throw.
@@ -230,7 +220,7 @@ TEST(ModuleTest, SequentialConstructionIndexingAndCopy) {
   EXPECT_EQ(model[0]->type_name(), "Conv2d");
   EXPECT_EQ(model.at<nn::Conv2d>(0)->weight().shape(), (mt::Shape{32, 1, 3, 3}));
   EXPECT_THROW(model[4], mt::Error);
-  EXPECT_NE(error_of([&] { model.at<nn::Linear>(1); }).find("ReLU"), std::string::npos);
+  EXPECT_NE(error_message([&] { model.at<nn::Linear>(1); }).find("ReLU"), std::string::npos);
   model.push_back(std::make_shared<nn::Linear>(32 * 14 * 14, 10));
   model.push_back(nn::ReLU());
   EXPECT_EQ(model.named_children()[5].first, "5");
@@ -256,7 +246,7 @@ TEST(ModuleTest, StateDictContainer) {
   EXPECT_TRUE(sd.erase("b"));
   EXPECT_FALSE(sd.erase("b"));
   EXPECT_EQ(sd.find("b"), nullptr);
-  EXPECT_NE(error_of([&] { sd.at("zz"); }).find("\"zz\" (keys: \"a\")"), std::string::npos);
+  EXPECT_NE(error_message([&] { sd.at("zz"); }).find("\"zz\" (keys: \"a\")"), std::string::npos);
 }
 
 TEST(ModuleTest, InitFormulas) {

@@ -9,14 +9,10 @@
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
-using testing::expect_error;
-using testing::gradcheck;
-using testing::rand_input;
-using testing::randn32;
 
 // softmax(q k^T * scale, causal: key j <= query i) v for [B, T, D], [B, S, D], [B, S, Dv] in double.
 Tensor reference_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
@@ -108,4 +104,4 @@ TEST(Attention, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

@@ -175,18 +175,17 @@ TEST(Conv2dHalfGrads, MatchFp32Gradients) {
 
 TEST(Conv2dErrors, MessagesNameTheOpAndShapes) {
   Tensor x = zeros({1, 4, 8, 8});
-  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3, 3}), Tensor(), {.groups = 3}); },
-                    {"conv2d", "groups = 3", "C = 4", "[1, 4, 8, 8]"});
-  expect_error_with([&] { F::conv2d(x, zeros({5, 2, 3, 3}), Tensor(), {.groups = 2}); },
-                    {"conv2d", "groups = 2", "output channels 5", "[5, 2, 3, 3]"});
-  expect_error_with([&] { F::conv2d(x, zeros({6, 3, 3, 3})); }, {"conv2d", "[6, 3, 3, 3]", "[1, 4, 8, 8]"});
-  expect_error_with([&] { F::conv2d(zeros({4, 8}), zeros({6, 4, 3, 3})); }, {"conv2d", "[4, 8]"});
-  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3})); }, {"conv2d", "[6, 4, 3]"});
-  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3, 3}, {.dtype = kBFloat16})); },
-                    {"conv2d", "float32", "bfloat16"});
-  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3, 3}), zeros({5})); }, {"conv2d", "bias", "[5]"});
-  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 9, 3})); }, {"conv2d", "smaller than the dilated kernel"});
-  expect_error_with([&] { F::conv2d(x, zeros({6, 4, 3, 3}), Tensor(), {.stride_h = 0}); }, {"conv2d", "stride"});
+  expect_error([&] { F::conv2d(x, zeros({6, 4, 3, 3}), Tensor(), {.groups = 3}); },
+               {"conv2d", "groups = 3", "C = 4", "[1, 4, 8, 8]"});
+  expect_error([&] { F::conv2d(x, zeros({5, 2, 3, 3}), Tensor(), {.groups = 2}); },
+               {"conv2d", "groups = 2", "output channels 5", "[5, 2, 3, 3]"});
+  expect_error([&] { F::conv2d(x, zeros({6, 3, 3, 3})); }, {"conv2d", "[6, 3, 3, 3]", "[1, 4, 8, 8]"});
+  expect_error([&] { F::conv2d(zeros({4, 8}), zeros({6, 4, 3, 3})); }, {"conv2d", "[4, 8]"});
+  expect_error([&] { F::conv2d(x, zeros({6, 4, 3})); }, {"conv2d", "[6, 4, 3]"});
+  expect_error([&] { F::conv2d(x, zeros({6, 4, 3, 3}, {.dtype = kBFloat16})); }, {"conv2d", "float32", "bfloat16"});
+  expect_error([&] { F::conv2d(x, zeros({6, 4, 3, 3}), zeros({5})); }, {"conv2d", "bias", "[5]"});
+  expect_error([&] { F::conv2d(x, zeros({6, 4, 9, 3})); }, {"conv2d", "smaller than the dilated kernel"});
+  expect_error([&] { F::conv2d(x, zeros({6, 4, 3, 3}), Tensor(), {.stride_h = 0}); }, {"conv2d", "stride"});
 }
 
 }  // namespace

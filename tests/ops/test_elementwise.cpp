@@ -26,8 +26,6 @@ using Inputs = std::vector<mt::Tensor>;
 mt::Tensor f64(const V& v, const mt::Shape& shape) { return mt::from_vector(v, shape, {.dtype = mt::kFloat64}); }
 mt::Tensor f32(const V& v, const mt::Shape& shape) { return mt::from_vector(v, shape, {.dtype = mt::kFloat32}); }
 
-// The mt::Error message of f(), or "" when it does not throw one.
-
 // ---- Gradients (fp64 central differences) ----
 
 TEST(ElementwiseGrad, UnaryOps) {

@@ -10,6 +10,7 @@
 #include "kernels/linalg.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/tensor.h"
+#include "support/expect_error.h"
 #include "support/gradcheck.h"
 
 namespace mixtrain::testing {
@@ -61,18 +62,6 @@ class Bf16PathGuard {
 
 inline const char* path_name(kernels::Bf16Path p) {
   return p == kernels::Bf16Path::kNative ? "bf16 native" : p == kernels::Bf16Path::kFp32 ? "bf16 via fp32" : "auto";
-}
-
-// Expects fn() to throw mt::Error whose message contains each of `parts`.
-template <typename Fn>
-void expect_error_with(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an mt::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << msg << "' lacks '" << p << "'";
-  }
 }
 
 }  // namespace mixtrain::testing

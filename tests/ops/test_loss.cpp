@@ -9,16 +9,11 @@
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
 using F::Reduction;
-using testing::expect_error;
-using testing::kAllReductions;
-using testing::gradcheck;
-using testing::rand_input;
-using testing::randn32;
 
 // PyTorch's cross_entropy in double: per-row (1-eps)(lse - x_t) + eps/C sum_c (lse - x_c), ignored
 // rows 0; mean divides by the number of rows not ignored.
@@ -166,4 +161,4 @@ TEST(CrossEntropy, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

@@ -8,16 +8,11 @@
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
 using F::Reduction;
-using testing::expect_error;
-using testing::kAllReductions;
-using testing::gradcheck;
-using testing::rand_input;
-using testing::randn32;
 
 TEST(MseLoss, KnownValues) {
   const Tensor x = from_vector<float>({1, 2, 3, 4}, {2, 2}), t = from_vector<float>({1, 0, 5, 4}, {2, 2});
@@ -101,4 +96,4 @@ TEST(PointwiseLosses, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

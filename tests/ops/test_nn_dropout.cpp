@@ -8,12 +8,10 @@
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
-using testing::expect_error;
-using testing::randn32;
 
 Tensor dropout_with_seed(const Tensor& x, double p, uint64_t seed) {
   Generator g(seed);
@@ -91,4 +89,4 @@ TEST(Dropout, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

@@ -6,12 +6,10 @@
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
-using testing::expect_error;
-using testing::randn32;
 
 TEST(Embedding, LooksUpRowsForAnyIndexShape) {
   const Tensor w = arange(0.0, 12.0, 1.0, {.dtype = kFloat32}).reshape({4, 3});
@@ -67,4 +65,4 @@ TEST(Embedding, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

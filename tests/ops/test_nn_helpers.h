@@ -1,5 +1,5 @@
-// Helpers shared by the nn, loss, shape and attention op tests: error-message checks, inputs that a
-// 16-bit dtype holds exactly, and the "16-bit run against the same math in fp32" comparison.
+// Helpers shared by the nn, loss, shape and attention op tests: inputs that a 16-bit dtype holds
+// exactly, and the "16-bit run against the same math in fp32" comparison.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,7 +7,6 @@
 
 #include <cstring>
 #include <functional>
-#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,21 +15,10 @@
 #include "mixtrain/factory.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/tensor.h"
+#include "support/expect_error.h"
 #include "support/gradcheck.h"
 
 namespace mixtrain::testing {
-
-// Expects fn() to throw mt::Error whose message contains every string in `parts`.
-template <typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an mt::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << msg << "' lacks '" << p << "'";
-  }
-}
 
 // A seeded standard-normal fp32 tensor times `scale`.
 inline Tensor randn32(const Shape& shape, uint64_t seed, double scale = 1.0) {

@@ -8,14 +8,10 @@
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
-using testing::expect_error;
-using testing::gradcheck;
-using testing::rand_input;
-using testing::randn32;
 
 TEST(LayerNorm, MatchesFp64Reference) {
   const int64_t rows = 7, cols = 300;
@@ -114,4 +110,4 @@ TEST(LayerNorm, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

@@ -6,14 +6,10 @@
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
-using testing::expect_error;
-using testing::gradcheck;
-using testing::rand_input;
-using testing::randn32;
 
 Tensor arange_image(int64_t h, int64_t w) { return arange(0.0, static_cast<double>(h * w), 1.0, {.dtype = kFloat32}).reshape({1, 1, h, w}); }
 
@@ -80,4 +76,4 @@ TEST(Pool2d, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

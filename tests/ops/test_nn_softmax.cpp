@@ -9,14 +9,10 @@
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
-using testing::expect_error;
-using testing::gradcheck;
-using testing::rand_input;
-using testing::randn32;
 
 // log_softmax over `dim` of a contiguous tensor, computed in double with std::exp/std::log.
 std::vector<double> reference_log_softmax(const Tensor& x, int dim) {
@@ -140,4 +136,4 @@ TEST(Softmax, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

@@ -5,12 +5,8 @@
 #include "mixtrain/ops/shape_ops.h"
 #include "ops/test_nn_helpers.h"
 
-namespace mixtrain {
+namespace mixtrain::testing {
 namespace {
-
-using testing::expect_error;
-using testing::gradcheck;
-using testing::rand_input;
 
 Tensor iota(const Shape& shape, double start = 0) {
   return arange(start, start + static_cast<double>(shape.numel()), 1.0, {.dtype = kFloat32}).reshape(shape);
@@ -96,4 +92,4 @@ TEST(ShapeOps, Errors) {
 }
 
 }  // namespace
-}  // namespace mixtrain
+}  // namespace mixtrain::testing

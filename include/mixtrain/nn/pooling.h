@@ -16,24 +16,35 @@ struct Pool2dOptions {
   Size2 padding = 0;
 };
 
-class MaxPool2d : public Module {
+namespace functional {
+struct Pool2dOptions;
+}
+
+// What MaxPool2d and AvgPool2d share: the window (kernel size, stride, padding) and its checks, the
+// input check and extra_repr(). Each adds only its forward().
+class Pool2dBase : public Module {
  public:
-  explicit MaxPool2d(Size2 kernel_size, Pool2dOptions opts = {});
-  Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
+
+ protected:
+  Pool2dBase(const char* type_name, Size2 kernel_size, const Pool2dOptions& opts);
+  // Checks that x is [N, C, H, W], then runs `fn` (functional::max_pool2d or avg_pool2d) over this window.
+  Tensor pool(const Tensor& x, Tensor (*fn)(const Tensor&, const functional::Pool2dOptions&)) const;
 
  private:
   Size2 kernel_size_, stride_, padding_;
 };
 
-class AvgPool2d : public Module {
+class MaxPool2d : public Pool2dBase {
+ public:
+  explicit MaxPool2d(Size2 kernel_size, Pool2dOptions opts = {});
+  Tensor forward(const Tensor& x) override;
+};
+
+class AvgPool2d : public Pool2dBase {
  public:
   explicit AvgPool2d(Size2 kernel_size, Pool2dOptions opts = {});
   Tensor forward(const Tensor& x) override;
-  std::string extra_repr() const override;
-
- private:
-  Size2 kernel_size_, stride_, padding_;
 };
 
 }  // namespace mixtrain::nn

@@ -199,7 +199,9 @@ class Trainer {
  private:
   struct RunState;  // per-fit() timing and output files
 
-  void init();
+  // What both public constructors share: the members other than the optimizer, and the checks of
+  // the options.
+  Trainer(nn::Module& model, const data::Dataset& train_data, const data::Dataset* eval_data, TrainerOptions options);
   // One optimisation step on `batch`; returns the StepInfo fields it knows.
   StepInfo train_step(const data::Batch& batch);
   void finish_epoch(RunState& run, bool evaluate_now);

@@ -12,12 +12,12 @@
 #pragma GCC optimize("no-math-errno", "no-trapping-math")  // see kernels/cpu/elementwise_loops.h
 
 #include <atomic>
-#include <bit>
 #include <cmath>
 #include <numbers>
 #include <vector>
 
 #include "kernels/cpu/elementwise_loops.h"
+#include "kernels/cpu/fast_math.h"
 #include "kernels/elementwise.h"
 
 namespace mixtrain::kernels {
@@ -25,28 +25,16 @@ namespace {
 
 namespace math {
 
-// e^x: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-7 polynomial (Cephes expf), 2^n built in
-// two exponent-field halves so that results in the subnormal range and overflow to inf come out
+// e^x: x = n ln2 + r and e^r as in fastmath::exp_parts (Cephes expf), 2^n built in two
+// exponent-field halves so that results in the subnormal range and overflow to inf come out
 // right. NaN propagates through r.
 inline float exp(float x) {
   x = x < -104.0f ? -104.0f : x;
   x = x > 88.8f ? 88.8f : x;
-  // Round to nearest through the 1.5 * 2^23 trick: exact for |x log2 e| < 2^22, vectorises on SSE2.
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t ni = static_cast<int32_t>(n == n ? n : 0.0f);
+  const fastmath::ExpParts e = fastmath::exp_parts(x);
+  const int32_t ni = static_cast<int32_t>(e.n == e.n ? e.n : 0.0f);
   const int32_t half = ni >> 1;
-  const float s1 = std::bit_cast<float>((half + 127) << 23);
-  const float s2 = std::bit_cast<float>((ni - half + 127) << 23);
-  return p * s1 * s2;
+  return e.exp_r * fastmath::pow2i(half) * fastmath::pow2i(ni - half);
 }
 inline double exp(double x) { return std::exp(x); }
 

@@ -31,12 +31,27 @@ inline Window window(const Pool2dParams& p, int64_t H, int64_t W, int64_t oh, in
   return {std::max<int64_t>(h0, 0), std::min(h1, H), std::max<int64_t>(w0, 0), std::min(w1, W), divisor};
 }
 
-// Runs body(plane) for each of the `planes` (n, c) planes, whole planes per task.
-template <typename Body>
-void for_planes(int64_t planes, int64_t plane_work, Body&& body) {
+// Runs body(in, out) for each of the `planes` (n, c) planes, whole planes per task: `in` is the
+// plane of src (in_size elements) as F, `out` an F row for the plane of dst (out_size elements),
+// rounded into dst once body returns.
+template <typename F, typename T, typename Body>
+void for_planes(int64_t planes, int64_t plane_work, const T* src, int64_t in_size, T* dst, int64_t out_size,
+                Body&& body) {
   parallel_for(planes, nnvec::row_grain(plane_work), [&](int64_t begin, int64_t end) {
-    for (int64_t pl = begin; pl < end; ++pl) body(pl);
+    for (int64_t pl = begin; pl < end; ++pl) {
+      const F* in = nnvec::load_row(src + pl * in_size, nnvec::scratch<F>(0, in_size), in_size);
+      F* out = nnvec::out_row(dst + pl * out_size, nnvec::scratch<F>(1, out_size));
+      body(in, out, pl);
+      nnvec::store_row(out, dst + pl * out_size, out_size);
+    }
   });
+}
+
+// Runs f(o, window) for the outputs o = oh * OW + ow of an OH x OW plane, in that order.
+template <typename Fn>
+void for_windows(const Pool2dParams& p, int64_t H, int64_t W, int64_t OH, int64_t OW, Fn&& f) {
+  for (int64_t oh = 0; oh < OH; ++oh)
+    for (int64_t ow = 0; ow < OW; ++ow) f(oh * OW + ow, window(p, H, W, oh, ow));
 }
 
 template <typename T>
@@ -44,35 +59,28 @@ struct MaxPoolFwd {
   static void run(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool2dParams& p) {
     using F = opmath_t<T>;
     const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
-    const T* xp = x.data_ptr<T>();
-    T* yp = y.data_ptr<T>();
     int32_t* ap = argmax.data_ptr<int32_t>();
-    for_planes(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, [&](int64_t pl) {
-      const F* xr = nnvec::load_row(xp + pl * H * W, nnvec::scratch<F>(0, H * W), H * W);
-      F* yr = nnvec::out_row(yp + pl * OH * OW, nnvec::scratch<F>(1, OH * OW));
-      int32_t* ar = ap + pl * OH * OW;
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const Window win = window(p, H, W, oh, ow);
-          F best = -std::numeric_limits<F>::infinity();
-          int64_t best_idx = win.h0 * W + win.w0;
-          // Strict '>' keeps the first maximum; a NaN wins and ends the scan (NaN propagates).
-          for (int64_t h = win.h0; h < win.h1; ++h) {
-            for (int64_t w = win.w0; w < win.w1; ++w) {
-              const F v = xr[h * W + w];
-              if (v > best || v != v) {
-                best = v;
-                best_idx = h * W + w;
-                if (v != v) h = win.h1, w = win.w1;
-              }
-            }
-          }
-          yr[oh * OW + ow] = best;
-          ar[oh * OW + ow] = static_cast<int32_t>(best_idx);
-        }
-      }
-      nnvec::store_row(yr, yp + pl * OH * OW, OH * OW);
-    });
+    for_planes<F>(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, x.data_ptr<T>(), H * W, y.data_ptr<T>(),
+                  OH * OW, [&](const F* xr, F* yr, int64_t pl) {
+                    int32_t* ar = ap + pl * OH * OW;
+                    for_windows(p, H, W, OH, OW, [&](int64_t o, const Window& win) {
+                      F best = -std::numeric_limits<F>::infinity();
+                      int64_t best_idx = win.h0 * W + win.w0;
+                      // Strict '>' keeps the first maximum; a NaN wins and ends the scan (NaN propagates).
+                      for (int64_t h = win.h0; h < win.h1; ++h) {
+                        for (int64_t w = win.w0; w < win.w1; ++w) {
+                          const F v = xr[h * W + w];
+                          if (v > best || v != v) {
+                            best = v;
+                            best_idx = h * W + w;
+                            if (v != v) h = win.h1, w = win.w1;
+                          }
+                        }
+                      }
+                      yr[o] = best;
+                      ar[o] = static_cast<int32_t>(best_idx);
+                    });
+                  });
   }
 };
 
@@ -81,17 +89,13 @@ struct MaxPoolBwd {
   static void run(const Tensor& gy, const Tensor& argmax, const Tensor& gx) {
     using F = opmath_t<T>;
     const int64_t HW = gx.size(2) * gx.size(3), OHW = gy.size(2) * gy.size(3);
-    const T* gyp = gy.data_ptr<T>();
     const int32_t* ap = argmax.data_ptr<int32_t>();
-    T* gxp = gx.data_ptr<T>();
-    for_planes(gx.size(0) * gx.size(1), HW + OHW, [&](int64_t pl) {
-      const F* gr = nnvec::load_row(gyp + pl * OHW, nnvec::scratch<F>(0, OHW), OHW);
-      F* acc = nnvec::out_row(gxp + pl * HW, nnvec::scratch<F>(1, HW));
-      for (int64_t i = 0; i < HW; ++i) acc[i] = F(0);
-      const int32_t* ar = ap + pl * OHW;
-      for (int64_t o = 0; o < OHW; ++o) acc[ar[o]] += gr[o];
-      nnvec::store_row(acc, gxp + pl * HW, HW);
-    });
+    for_planes<F>(gx.size(0) * gx.size(1), HW + OHW, gy.data_ptr<T>(), OHW, gx.data_ptr<T>(), HW,
+                  [&](const F* gr, F* acc, int64_t pl) {
+                    for (int64_t i = 0; i < HW; ++i) acc[i] = F(0);
+                    const int32_t* ar = ap + pl * OHW;
+                    for (int64_t o = 0; o < OHW; ++o) acc[ar[o]] += gr[o];
+                  });
   }
 };
 
@@ -100,22 +104,15 @@ struct AvgPoolFwd {
   static void run(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
     using F = opmath_t<T>;
     const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
-    const T* xp = x.data_ptr<T>();
-    T* yp = y.data_ptr<T>();
-    for_planes(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, [&](int64_t pl) {
-      const F* xr = nnvec::load_row(xp + pl * H * W, nnvec::scratch<F>(0, H * W), H * W);
-      F* yr = nnvec::out_row(yp + pl * OH * OW, nnvec::scratch<F>(1, OH * OW));
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const Window win = window(p, H, W, oh, ow);
-          F s = 0;
-          for (int64_t h = win.h0; h < win.h1; ++h)
-            for (int64_t w = win.w0; w < win.w1; ++w) s += xr[h * W + w];
-          yr[oh * OW + ow] = s / static_cast<F>(win.divisor);
-        }
-      }
-      nnvec::store_row(yr, yp + pl * OH * OW, OH * OW);
-    });
+    for_planes<F>(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, x.data_ptr<T>(), H * W, y.data_ptr<T>(),
+                  OH * OW, [&](const F* xr, F* yr, int64_t) {
+                    for_windows(p, H, W, OH, OW, [&](int64_t o, const Window& win) {
+                      F s = 0;
+                      for (int64_t h = win.h0; h < win.h1; ++h)
+                        for (int64_t w = win.w0; w < win.w1; ++w) s += xr[h * W + w];
+                      yr[o] = s / static_cast<F>(win.divisor);
+                    });
+                  });
   }
 };
 
@@ -124,22 +121,15 @@ struct AvgPoolBwd {
   static void run(const Tensor& gy, const Tensor& gx, const Pool2dParams& p) {
     using F = opmath_t<T>;
     const int64_t H = gx.size(2), W = gx.size(3), OH = gy.size(2), OW = gy.size(3);
-    const T* gyp = gy.data_ptr<T>();
-    T* gxp = gx.data_ptr<T>();
-    for_planes(gx.size(0) * gx.size(1), H * W + OH * OW * p.kh * p.kw, [&](int64_t pl) {
-      const F* gr = nnvec::load_row(gyp + pl * OH * OW, nnvec::scratch<F>(0, OH * OW), OH * OW);
-      F* acc = nnvec::out_row(gxp + pl * H * W, nnvec::scratch<F>(1, H * W));
-      for (int64_t i = 0; i < H * W; ++i) acc[i] = F(0);
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const Window win = window(p, H, W, oh, ow);
-          const F g = gr[oh * OW + ow] / static_cast<F>(win.divisor);
-          for (int64_t h = win.h0; h < win.h1; ++h)
-            for (int64_t w = win.w0; w < win.w1; ++w) acc[h * W + w] += g;
-        }
-      }
-      nnvec::store_row(acc, gxp + pl * H * W, H * W);
-    });
+    for_planes<F>(gx.size(0) * gx.size(1), H * W + OH * OW * p.kh * p.kw, gy.data_ptr<T>(), OH * OW, gx.data_ptr<T>(),
+                  H * W, [&](const F* gr, F* acc, int64_t) {
+                    for (int64_t i = 0; i < H * W; ++i) acc[i] = F(0);
+                    for_windows(p, H, W, OH, OW, [&](int64_t o, const Window& win) {
+                      const F g = gr[o] / static_cast<F>(win.divisor);
+                      for (int64_t h = win.h0; h < win.h1; ++h)
+                        for (int64_t w = win.w0; w < win.w1; ++w) acc[h * W + w] += g;
+                    });
+                  });
   }
 };
 

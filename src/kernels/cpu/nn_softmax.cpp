@@ -82,13 +82,27 @@ void backward_rows(const U* gy, const U* y, T* gx, const SoftmaxParams& p) {
 // This layout (softmax over a non-last dim) is rare in training, so it uses libm's exp.
 constexpr int64_t kTile = 256;
 
-template <typename Body>
+// A tile of up to kTile columns of one outer index: column c of row j is element row(j) + c; buf[0..3]
+// are per-thread scratch rows of w values.
+template <typename F>
+struct ColumnTile {
+  int64_t base, w, inner;
+  F* buf[4];
+  int64_t row(int64_t j) const { return base + j * inner; }
+};
+
+template <typename F, typename Body>
 void for_column_tiles(const SoftmaxParams& p, Body&& body) {
   const int64_t tiles = (p.inner + kTile - 1) / kTile;
   parallel_for(p.outer * tiles, std::max<int64_t>(1, kGrainSize / (p.n * kTile)), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t o = t / tiles, c0 = (t % tiles) * kTile;
-      body(o * p.n * p.inner + c0, std::min(kTile, p.inner - c0));
+      const int64_t w = std::min(kTile, p.inner - c0);
+      body(ColumnTile<F>{
+          o * p.n * p.inner + c0,
+          w,
+          p.inner,
+          {nnvec::scratch<F>(0, w), nnvec::scratch<F>(1, w), nnvec::scratch<F>(2, w), nnvec::scratch<F>(3, w)}});
     }
   });
 }
@@ -96,37 +110,34 @@ void for_column_tiles(const SoftmaxParams& p, Body&& body) {
 template <typename T, typename U>
 void forward_columns(const T* x, U* y, const SoftmaxParams& p) {
   using F = nnvec::opmath2_t<T, U>;
-  const int64_t n = p.n, inner = p.inner;
   const F scale = static_cast<F>(p.scale);
-  for_column_tiles(p, [&](int64_t base, int64_t w) {
-    F* m = nnvec::scratch<F>(0, w);
-    F* s = nnvec::scratch<F>(1, w);
-    F* buf = nnvec::scratch<F>(2, w);
-    F* obuf = nnvec::scratch<F>(3, w);
+  for_column_tiles<F>(p, [&](const ColumnTile<F>& t) {
+    const int64_t w = t.w;
+    F *m = t.buf[0], *s = t.buf[1], *buf = t.buf[2], *obuf = t.buf[3];
     for (int64_t c = 0; c < w; ++c) {
       m[c] = -std::numeric_limits<F>::infinity();
       s[c] = 0;
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const F* row = nnvec::load_row(x + base + j * inner, buf, w);
+    for (int64_t j = 0; j < p.n; ++j) {
+      const F* row = nnvec::load_row(x + t.row(j), buf, w);
       for (int64_t c = 0; c < w; ++c) {
         const F v = scale * row[c];
         m[c] = (v > m[c] || v != v) ? v : m[c];
       }
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const F* row = nnvec::load_row(x + base + j * inner, buf, w);
+    for (int64_t j = 0; j < p.n; ++j) {
+      const F* row = nnvec::load_row(x + t.row(j), buf, w);
       for (int64_t c = 0; c < w; ++c) s[c] += std::exp(scale * row[c] - m[c]);
     }
     for (int64_t c = 0; c < w; ++c) s[c] = p.log ? std::log(s[c]) : F(1) / s[c];
-    for (int64_t j = 0; j < n; ++j) {
-      const F* row = nnvec::load_row(x + base + j * inner, buf, w);
-      F* out = nnvec::out_row(y + base + j * inner, obuf);
+    for (int64_t j = 0; j < p.n; ++j) {
+      const F* row = nnvec::load_row(x + t.row(j), buf, w);
+      F* out = nnvec::out_row(y + t.row(j), obuf);
       for (int64_t c = 0; c < w; ++c) {
         const F v = scale * row[c];
         out[c] = p.log ? (v - m[c]) - s[c] : std::exp(v - m[c]) * s[c];
       }
-      nnvec::store_row(out, y + base + j * inner, w);
+      nnvec::store_row(out, y + t.row(j), w);
     }
   });
 }
@@ -134,31 +145,28 @@ void forward_columns(const T* x, U* y, const SoftmaxParams& p) {
 template <typename T, typename U>
 void backward_columns(const U* gy, const U* y, T* gx, const SoftmaxParams& p) {
   using F = nnvec::opmath2_t<T, U>;
-  const int64_t n = p.n, inner = p.inner;
   const F scale = static_cast<F>(p.scale);
-  for_column_tiles(p, [&](int64_t base, int64_t w) {
-    F* acc = nnvec::scratch<F>(0, w);
-    F* ybuf = nnvec::scratch<F>(1, w);
-    F* gbuf = nnvec::scratch<F>(2, w);
-    F* obuf = nnvec::scratch<F>(3, w);
+  for_column_tiles<F>(p, [&](const ColumnTile<F>& t) {
+    const int64_t w = t.w;
+    F *acc = t.buf[0], *ybuf = t.buf[1], *gbuf = t.buf[2], *obuf = t.buf[3];
     for (int64_t c = 0; c < w; ++c) acc[c] = 0;
     // acc = sum_j gy * y (softmax) or sum_j gy (log_softmax), per column.
-    for (int64_t j = 0; j < n; ++j) {
-      const F* gr = nnvec::load_row(gy + base + j * inner, gbuf, w);
+    for (int64_t j = 0; j < p.n; ++j) {
+      const F* gr = nnvec::load_row(gy + t.row(j), gbuf, w);
       if (p.log) {
         for (int64_t c = 0; c < w; ++c) acc[c] += gr[c];
       } else {
-        const F* yr = nnvec::load_row(y + base + j * inner, ybuf, w);
+        const F* yr = nnvec::load_row(y + t.row(j), ybuf, w);
         for (int64_t c = 0; c < w; ++c) acc[c] += gr[c] * yr[c];
       }
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const F* gr = nnvec::load_row(gy + base + j * inner, gbuf, w);
-      const F* yr = nnvec::load_row(y + base + j * inner, ybuf, w);
-      F* out = nnvec::out_row(gx + base + j * inner, obuf);
+    for (int64_t j = 0; j < p.n; ++j) {
+      const F* gr = nnvec::load_row(gy + t.row(j), gbuf, w);
+      const F* yr = nnvec::load_row(y + t.row(j), ybuf, w);
+      F* out = nnvec::out_row(gx + t.row(j), obuf);
       for (int64_t c = 0; c < w; ++c)
         out[c] = p.log ? gr[c] - std::exp(yr[c]) * acc[c] : scale * yr[c] * (gr[c] - acc[c]);
-      nnvec::store_row(out, gx + base + j * inner, w);
+      nnvec::store_row(out, gx + t.row(j), w);
     }
   });
 }

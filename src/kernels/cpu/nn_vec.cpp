@@ -8,9 +8,11 @@
 // between ISA levels, never between thread counts or runs on one machine.
 #include "kernels/cpu/nn_vec.h"
 
-#include <bit>
+#include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "kernels/cpu/fast_math.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define MT_NNVEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -21,27 +23,15 @@
 namespace mixtrain::kernels::nnvec {
 namespace {
 
-// exp for fp32 rows, vectorisable (libm's expf is a call the compiler cannot vectorise). Cephes
-// expf: exp(x) = 2^n * exp(r) with n = round(x / ln2), r = x - n ln2 (ln2 split in two so r is
-// exact), and a degree-6 polynomial for exp(r) on [-ln2/2, ln2/2]: relative error below 2 ulp.
-// Below -87.34 (where exp leaves the fp32 normal range, and for -inf) the result is 0; above 88 it
-// is inf; NaN stays NaN. Softmax and cross-entropy only ever call it on x - max <= 0.
+// exp for fp32 rows, vectorisable (libm's expf is a call the compiler cannot vectorise): 2^n * e^r
+// as in fastmath::exp_parts (Cephes expf), relative error below 2 ulp. Below -87.34 (where exp
+// leaves the fp32 normal range, and for -inf) the result is 0; above 88 it is inf; NaN stays NaN.
+// Softmax and cross-entropy only ever call it on x - max <= 0.
 [[gnu::always_inline]] inline float fast_exp(float x) {
   constexpr float kLo = -87.33654f, kHi = 88.0f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to an integer
   const float xc = std::min(std::max(x, kLo), kHi);
-  const float n = (xc * 1.44269504088896341f + kRound) - kRound;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  float res = p * scale;
+  const fastmath::ExpParts e = fastmath::exp_parts(xc);
+  float res = e.exp_r * fastmath::pow2i(static_cast<int32_t>(e.n));
   res = x < kLo ? 0.0f : res;
   res = x > kHi ? std::numeric_limits<float>::infinity() : res;
   return x != x ? x : res;

@@ -11,12 +11,6 @@
 namespace mixtrain::kernels::ref {
 namespace {
 
-Tensor to_f64_contiguous(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), kFloat64, t.device());
-  copy(out, t.detach());
-  return out;
-}
-
 // Items per thread so that a parallel region gets ~2^16 multiply-adds per item run at least: the
 // tiny convolutions of gradient checks stay on one thread (an OpenMP region costs more than them).
 int64_t grain(int64_t work_per_item) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(work_per_item, 1)); }
@@ -27,6 +21,28 @@ struct Dims {
       : N(x[0]), C(x[1]), H(x[2]), W(x[3]), O(w[0]), Cg(w[1]), Og(w[0] / groups), KH(w[2]), KW(w[3]), Ho(y[2]),
         Wo(y[3]) {}
 };
+
+// One spatial axis of a window walk: steps i < n read input index start + i * step, skipped where
+// that falls outside [0, size).
+struct Axis {
+  int64_t n, start, step, size;
+};
+
+// acc += term(i, j, ih, iw) over the steps i of `h` and j of `w` (i outer) whose input position
+// (ih, iw) lies inside the image. The one walk of the forward (steps: the kernel taps of an output
+// position) and of the weight gradient (steps: the output positions that read through one tap).
+template <typename Term>
+void accumulate_window(double& acc, const Axis& h, const Axis& w, Term&& term) {
+  for (int64_t i = 0; i < h.n; ++i) {
+    const int64_t ih = h.start + i * h.step;
+    if (ih < 0 || ih >= h.size) continue;
+    for (int64_t j = 0; j < w.n; ++j) {
+      const int64_t iw = w.start + j * w.step;
+      if (iw < 0 || iw >= w.size) continue;
+      acc += term(i, j, ih, iw);
+    }
+  }
+}
 
 }  // namespace
 
@@ -46,15 +62,11 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
           double acc = pb ? pb[o] : 0.0;
           for (int64_t c = 0; c < d.Cg; ++c) {
             const int64_t ic = group * d.Cg + c;
-            for (int64_t kh = 0; kh < d.KH; ++kh) {
-              const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
-              if (ih < 0 || ih >= d.H) continue;
-              for (int64_t kw = 0; kw < d.KW; ++kw) {
-                const int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dil_w;
-                if (iw < 0 || iw >= d.W) continue;
-                acc += px[((n * d.C + ic) * d.H + ih) * d.W + iw] * pw[((o * d.Cg + c) * d.KH + kh) * d.KW + kw];
-              }
-            }
+            accumulate_window(
+                acc, {d.KH, oh * g.stride_h - g.pad_h, g.dil_h, d.H}, {d.KW, ow * g.stride_w - g.pad_w, g.dil_w, d.W},
+                [&](int64_t kh, int64_t kw, int64_t ih, int64_t iw) {
+                  return px[((n * d.C + ic) * d.H + ih) * d.W + iw] * pw[((o * d.Cg + c) * d.KH + kh) * d.KW + kw];
+                });
           }
           py[(no * d.Ho + oh) * d.Wo + ow] = acc;
         }
@@ -112,15 +124,11 @@ void conv2d_backward_weights(const Tensor& gy, const Tensor& x, const Tensor& gw
         for (int64_t kw = 0; kw < d.KW; ++kw) {
           double acc = 0.0;
           for (int64_t n = 0; n < d.N; ++n) {
-            for (int64_t oh = 0; oh < d.Ho; ++oh) {
-              const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
-              if (ih < 0 || ih >= d.H) continue;
-              for (int64_t ow = 0; ow < d.Wo; ++ow) {
-                const int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dil_w;
-                if (iw < 0 || iw >= d.W) continue;
-                acc += pgy[((n * d.O + o) * d.Ho + oh) * d.Wo + ow] * px[((n * d.C + ic) * d.H + ih) * d.W + iw];
-              }
-            }
+            accumulate_window(
+                acc, {d.Ho, kh * g.dil_h - g.pad_h, g.stride_h, d.H}, {d.Wo, kw * g.dil_w - g.pad_w, g.stride_w, d.W},
+                [&](int64_t oh, int64_t ow, int64_t ih, int64_t iw) {
+                  return pgy[((n * d.O + o) * d.Ho + oh) * d.Wo + ow] * px[((n * d.C + ic) * d.H + ih) * d.W + iw];
+                });
           }
           pgw[(oc * d.KH + kh) * d.KW + kw] = acc;
         }

@@ -11,6 +11,10 @@
 
 namespace mixtrain::kernels::ref {
 
+// t widened exactly to a new contiguous fp64 tensor (detached): how every reference kernel reads
+// its inputs.
+Tensor to_f64_contiguous(const Tensor& t);
+
 // out[..., n, m] = a[..., n, k] @ b[..., k, m] (+ bias[m]); a, b, out of the same rank, batch dims of
 // a and b equal to out's or 1 (broadcast).
 void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);

@@ -10,13 +10,14 @@
 #include "kernels/cpu/ref/linalg_ref.h"
 
 namespace mixtrain::kernels::ref {
-namespace {
 
 Tensor to_f64_contiguous(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), kFloat64, t.device());
   copy(out, t.detach());
   return out;
 }
+
+namespace {
 
 // Element offset of batch index `linear` (over out's batch dims) in an operand whose batch dims
 // are out's or 1, with contiguous strides `st`.
