@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <numbers>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -185,6 +186,7 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dat
                  const data::Dataset* eval_data, TrainerOptions options)
     : Trainer(model, train_data, eval_data, std::move(options)) {
   optimizer_ = &optimizer;
+  base_lr_ = optimizer.lr(0);
   // Mode (b) needs masters, which the optimizer creates only for parameters that were already
   // 16-bit when it was built: converting afterwards would leave it updating 16-bit values directly.
   if (options_.precision.param_dtype != kFloat32)
@@ -204,6 +206,7 @@ Trainer::Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, cons
   owned_optimizer_ = make_optimizer(std::move(params));
   MT_CHECK(owned_optimizer_ != nullptr, "Trainer: the optimizer factory returned null");
   optimizer_ = owned_optimizer_.get();
+  base_lr_ = optimizer_->lr(0);
 }
 
 Trainer::~Trainer() = default;
@@ -216,7 +219,12 @@ int64_t Trainer::total_steps() const {
 
 StepInfo Trainer::train_step(const data::Batch& batch) {
   StepInfo info;
-  if (options_.lr_schedule) optimizer_->set_lr(options_.lr_schedule(step_));
+  if (options_.lr_schedule) {
+    optimizer_->set_lr(options_.lr_schedule(step_));
+  } else if (options_.lr_decay == LrDecay::kCosine) {
+    const double progress = static_cast<double>(step_) / static_cast<double>(total_steps());
+    optimizer_->set_lr(base_lr_ * 0.5 * (1.0 + std::cos(std::numbers::pi * progress)));
+  }
   optimizer_->zero_grad();
   Tensor loss;
   {

@@ -2,6 +2,9 @@
 // checks on bad configurations, and evaluation.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <numbers>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +64,8 @@ struct RunSpec {
   std::string resume_from;
   int64_t checkpoint_every = 0;
   uint64_t init_seed = 1;
+  tr::LrDecay lr_decay = tr::LrDecay::kConstant;
+  std::vector<double>* lrs = nullptr;  // receives each step's lr
 };
 
 Snapshot run(const RunSpec& spec) {
@@ -74,6 +79,8 @@ Snapshot run(const RunSpec& spec) {
   o.resume_from = spec.resume_from;
   o.checkpoint_every = spec.checkpoint_every;
   o.timing_warmup_steps = 0;
+  o.lr_decay = spec.lr_decay;
+  if (spec.lrs) o.on_step = [lrs = spec.lrs](const tr::StepInfo& info) { lrs->push_back(info.lr); };
   tr::Trainer trainer(*model, tr::adamw(1e-2, 0.01), train_set(), &eval_set(), o);
   Snapshot s;
   s.summary = trainer.fit();
@@ -170,6 +177,23 @@ INSTANTIATE_TEST_SUITE_P(
                                   .param_dtype = mt::kFloat16,
                                   .scaler_options = {.init_scale = 16777216.0, .growth_interval = 2}}}),
     [](const ::testing::TestParamInfo<ResumeCase>& info) { return std::string(info.param.name); });
+
+// Cosine decay is a closed form of the global step and the optimizer's initial lr, so a resumed run
+// (whose checkpoint holds an already-decayed lr) continues the same curve and the same parameters.
+TEST(Trainer, CosineDecayFollowsItsFormulaAcrossAResume) {
+  std::vector<double> straight_lrs, resumed_lrs;
+  Snapshot straight = run({.max_steps = 9, .lr_decay = tr::LrDecay::kCosine, .lrs = &straight_lrs});
+  ASSERT_EQ(straight_lrs.size(), 9u);
+  for (int t = 0; t < 9; ++t)
+    EXPECT_DOUBLE_EQ(straight_lrs[t], 1e-2 * 0.5 * (1.0 + std::cos(std::numbers::pi * t / 9.0))) << "step " << t;
+  TempDir dir;
+  run({.max_steps = 4, .out_dir = dir.path(), .lr_decay = tr::LrDecay::kCosine});
+  Snapshot resumed = run({.max_steps = 9, .resume_from = dir.file("checkpoint.safetensors"),
+                          .lr_decay = tr::LrDecay::kCosine, .lrs = &resumed_lrs});
+  ASSERT_EQ(resumed_lrs.size(), 5u);
+  for (int t = 0; t < 5; ++t) EXPECT_EQ(resumed_lrs[t], straight_lrs[4 + t]) << "step " << 4 + t;
+  expect_identical(straight, resumed, "cosine decay resumed");
+}
 
 TEST(Trainer, Fp16HugeScaleSkipsAndBacksOff) {
   // Guards the fp16 resume case above: it must really exercise skipped steps.

@@ -122,6 +122,9 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
     app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
+    app.add_option("--lr-decay", a.lr_decay, "Learning-rate decay over the run: cosine (to 0) or constant")
+        ->check(CLI::IsMember({"cosine", "constant"}))
+        ->capture_default_str();
     app.add_option("--checkpoint-every", a.checkpoint_every,
                    "Write DIR/checkpoint-<step>.safetensors every N steps (0: only the final checkpoint)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
@@ -222,6 +225,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.checkpoint_every = a.checkpoint_every;
   o.resume_from = a.resume;
   o.log_every = a.log_every;
+  o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
   o.model_name = a.model;
   o.flops_per_sample = info.flops_per_sample;
   // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.

@@ -41,6 +41,7 @@ struct RunArgs {
   int64_t batch_size = 128;
   double lr = 1e-3;
   double weight_decay = 0.01;
+  std::string lr_decay = "cosine";
   uint64_t seed = 0;
   int threads = 0;  // 0: every core
   std::string out;

@@ -73,10 +73,10 @@ int run_train(const RunArgs& in) {
   std::printf("mixtrain train: %s (%lld parameters) on %s, %lld training examples\n", a.model.c_str(),
               static_cast<long long>(info.num_parameters), describe(spec).c_str(),
               static_cast<long long>(data.train->size()));
-  std::printf("precision %s (scaler %s, %s parameters), batch %lld, AdamW lr %g wd %g, seed %llu, %d threads\n",
+  std::printf("precision %s (scaler %s, %s parameters), batch %lld, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
               a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(),
-              static_cast<long long>(a.batch_size), a.lr, a.weight_decay, static_cast<unsigned long long>(a.seed),
-              threads);
+              static_cast<long long>(a.batch_size), a.lr, a.lr_decay.c_str(), a.weight_decay,
+              static_cast<unsigned long long>(a.seed), threads);
   if (!a.resume.empty()) std::printf("resuming from %s\n", a.resume.c_str());
   std::fflush(stdout);
 

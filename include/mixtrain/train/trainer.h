@@ -96,6 +96,8 @@ struct EpochInfo {
   double seconds = 0;  // wall time of the epoch in this fit() call
 };
 
+enum class LrDecay { kConstant, kCosine };
+
 struct TrainerOptions {
   PrecisionConfig precision;
   int64_t epochs = 1;
@@ -121,6 +123,9 @@ struct TrainerOptions {
   std::optional<double> clip_grad_norm;
   // lr for the 0-based global step, set before each step (a closed form, so resume needs no state).
   std::function<double(int64_t step)> lr_schedule;
+  // Without lr_schedule: kCosine decays the optimizer's initial lr (group 0's, applied to every
+  // group) to 0 over the run, lr_t = lr_0 * (1 + cos(pi * t / total_steps())) / 2; kConstant keeps it.
+  LrDecay lr_decay = LrDecay::kConstant;
   LossFn loss_fn = default_loss;
 
   std::string model_name = "custom";  // recorded in summary.json and model.safetensors
@@ -210,6 +215,7 @@ class Trainer {
 
   nn::Module* model_;
   optim::Optimizer* optimizer_;
+  double base_lr_ = 0;  // the optimizer's lr when the Trainer was built (what LrDecay decays from)
   std::unique_ptr<optim::Optimizer> owned_optimizer_;
   const data::Dataset* train_data_;
   const data::Dataset* eval_data_;
