@@ -178,17 +178,18 @@ INSTANTIATE_TEST_SUITE_P(
                                   .scaler_options = {.init_scale = 16777216.0, .growth_interval = 2}}}),
     [](const ::testing::TestParamInfo<ResumeCase>& info) { return std::string(info.param.name); });
 
-// Cosine decay is a closed form of the global step and the optimizer's initial lr, so a resumed run
-// (whose checkpoint holds an already-decayed lr) continues the same curve and the same parameters.
+// Cosine decay is a closed form of the global step, the run's total steps and the optimizer's
+// initial lr, so a run resumed from a mid-run checkpoint (which holds an already-decayed lr)
+// continues the same curve and ends with the same parameters.
 TEST(Trainer, CosineDecayFollowsItsFormulaAcrossAResume) {
+  TempDir dir;
   std::vector<double> straight_lrs, resumed_lrs;
-  Snapshot straight = run({.max_steps = 9, .lr_decay = tr::LrDecay::kCosine, .lrs = &straight_lrs});
+  Snapshot straight = run({.max_steps = 9, .out_dir = dir.path(), .checkpoint_every = 4,
+                           .lr_decay = tr::LrDecay::kCosine, .lrs = &straight_lrs});
   ASSERT_EQ(straight_lrs.size(), 9u);
   for (int t = 0; t < 9; ++t)
     EXPECT_DOUBLE_EQ(straight_lrs[t], 1e-2 * 0.5 * (1.0 + std::cos(std::numbers::pi * t / 9.0))) << "step " << t;
-  TempDir dir;
-  run({.max_steps = 4, .out_dir = dir.path(), .lr_decay = tr::LrDecay::kCosine});
-  Snapshot resumed = run({.max_steps = 9, .resume_from = dir.file("checkpoint.safetensors"),
+  Snapshot resumed = run({.max_steps = 9, .resume_from = dir.file("checkpoint-4.safetensors"),
                           .lr_decay = tr::LrDecay::kCosine, .lrs = &resumed_lrs});
   ASSERT_EQ(resumed_lrs.size(), 5u);
   for (int t = 0; t < 5; ++t) EXPECT_EQ(resumed_lrs[t], straight_lrs[4 + t]) << "step " << 4 + t;
