@@ -2,8 +2,8 @@
 //
 // Freed blocks go back to a per-size free list so that a steady-state training step, which frees
 // and allocates the same sizes every iteration, does not reach the system allocator. Sizes are
-// rounded up to a 64-byte multiple (small) or to a quarter of their power-of-two bucket (large), so
-// the cache can serve nearby sizes without wasting more than 25%. Accounting always uses the bytes
+// rounded up to a 64-byte multiple (small) or to a multiple of 1/8 of the next power of two (large),
+// so the cache can serve nearby sizes without wasting more than 25%. Accounting always uses the bytes
 // the caller asked for, so "a bf16 tensor of N elements costs 2N bytes" holds exactly.
 #include <cstdlib>
 #include <map>
@@ -20,8 +20,8 @@ size_t round_size(size_t n) {
   if (n <= 4096) return (n + kAlignment - 1) / kAlignment * kAlignment;
   size_t p = 1;
   while (p < n) p <<= 1;
-  size_t quarter = p / 8;  // eight steps between p/2 and p
-  return (n + quarter - 1) / quarter * quarter;
+  size_t step = p / 8;  // four size classes between p/2 and p: at most 25% over the request
+  return (n + step - 1) / step * step;
 }
 
 class CpuAllocator {

@@ -80,9 +80,9 @@ T Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor src = device().is_cpu() ? *this : *this;  // non-CPU devices will copy to host here
+  MT_CHECK(device().is_cpu(), "to_vector: tensor is on ", device(), "; copy it to the CPU first");
   Tensor flat = Tensor::empty(shape(), dtype_v<T>, device());
-  kernels::copy(flat, src);
+  kernels::copy(flat, *this);
   const T* p = flat.data_ptr<T>();
   return std::vector<T>(p, p + flat.numel());
 }
