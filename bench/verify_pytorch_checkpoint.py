@@ -9,7 +9,7 @@ safetensors reader below, not by the safetensors package) and RUN_DIR/summary.js
 precision, test_accuracy, test_loss). The PyTorch model comes from bench/pytorch_models.py and
 takes the tensors with load_state_dict(strict=True), so every name and shape must match exactly.
 
---data is the dataset of the run, in the CLI's syntax (summary.json does not record it):
+--data is the dataset of the run, in the CLI's syntax; by default the one summary.json records:
   fashion-mnist[:DIR]  (default; DIR defaults to /usr/share/datasets/fashion-mnist; a bare DIR
                        means fashion-mnist:DIR), mnist:DIR, text:FILE (gpt).
 
@@ -239,7 +239,12 @@ def main():
     if name == "gpt":
         return verify_gpt(model, tensors, summary, args, same_dtype, same_note)
 
-    kind, directory = parse_data(args.data)
+    # The run's own --data spec (summary.json records it) unless given here; synthetic data has no
+    # fixed test set, so such a run is checked on the default dataset (loading and shapes only).
+    spec = args.data if args.data is not None else summary.get("data") or None
+    if spec is not None and spec.startswith("synthetic"):
+        spec = None
+    kind, directory = parse_data(spec)
     if kind == "text":
         print(f"error: --data text:... is for gpt; '{name}' is an image model", file=sys.stderr)
         return 2

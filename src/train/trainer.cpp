@@ -127,6 +127,7 @@ double EvalResult::perplexity() const { return std::exp(loss); }
 std::string TrainSummary::to_json(int indent) const {
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   json j = {{"model", model},
+            {"data", data},
             {"precision", precision},
             {"scaler", scaler},
             {"master_weights", master_weights},
@@ -400,6 +401,7 @@ TrainSummary Trainer::fit() {
 TrainSummary Trainer::make_summary(const RunState& run) const {
   TrainSummary s;
   s.model = options_.model_name;
+  s.data = options_.data_name;
   s.precision = std::string(to_string(options_.precision.precision));
   s.scaler = scaler_.is_enabled();
   s.master_weights = std::string(short_dtype_name(options_.precision.param_dtype));

@@ -227,6 +227,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.log_every = a.log_every;
   o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
   o.model_name = a.model;
+  o.data_name = a.data;
   o.flops_per_sample = info.flops_per_sample;
   // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.
   o.eval_batch_size = info.task == nn::ModelTask::kLanguageModel ? 64 : 500;
