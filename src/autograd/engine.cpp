@@ -5,10 +5,11 @@
 #include <atomic>
 #include <queue>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
+#include "mixtrain/ops/elementwise.h"
+#include "ops/autocast_hook.h"
 
 namespace mixtrain {
 
@@ -84,9 +85,10 @@ void accumulate(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
   } else {
-    Tensor sum = slot.clone();  // never write into a tensor that a node may still reference
-    sum.add_(g);
-    slot = sum;
+    // Out of place: a node may still reference either tensor. One pass instead of clone + add_;
+    // the slot keeps its dtype (a wider gradient is added in the wider type and rounded once).
+    Tensor sum = mixtrain::add(slot, g);
+    slot = sum.dtype() == slot.dtype() ? sum : sum.to(slot.dtype());
   }
 }
 
@@ -95,6 +97,9 @@ void accumulate(Tensor& slot, const Tensor& g) {
 TensorList execute(const TensorList& roots, const TensorList& grad_roots, bool retain_graph,
                    const std::vector<Edge>& capture) {
   NoGradGuard no_grad;
+  // Backward formulas run in the dtypes the forward chose, even when backward() is called inside an
+  // autocast region (see Note [Writing an op]).
+  ops::AutocastRegionGuard no_autocast(/*suspended=*/true);
   std::unordered_map<Node*, NodeState> state;
   std::vector<Node*> stack;
   std::vector<Edge> root_edges;

@@ -345,3 +345,30 @@ TEST(AutocastPolicy, ExplainRecordsEachDecision) {
   EXPECT_NE(report.find("linear"), std::string::npos);
   EXPECT_NE(report.find("lower_precision"), std::string::npos);
 }
+
+// backward() called inside a region (discouraged, but legal) must not autocast the backward pass:
+// the engine suspends autocast, so no backward op (here the sum of the two gradients reaching `h`)
+// shows up in explain mode and the gradients equal those of a backward outside the region.
+TEST(Autocast, BackwardInsideARegionIsNotAutocast) {
+  mt::Tensor w = rnd({8, 8}, 1).requires_grad_();
+  mt::Tensor x = rnd({4, 8}, 2);
+  auto run = [&](bool backward_inside, size_t* backward_records) {
+    w.set_grad(mt::Tensor());
+    mt::amp::ExplainGuard explain;
+    mt::Tensor loss;
+    {
+      Autocast ac(mt::kCPU, mt::kBFloat16);
+      mt::Tensor h = mt::linear(x, w);
+      loss = mt::sum(mt::mul(h, h));  // h is used twice: its two gradients are summed in backward
+      const size_t forward_records = explain.records().size();
+      if (backward_inside) loss.backward();
+      *backward_records = explain.records().size() - forward_records;
+    }
+    if (!backward_inside) loss.backward();
+    return w.grad().to_vector<float>();
+  };
+  size_t inside_records = 0, outside_records = 0;
+  std::vector<float> inside = run(true, &inside_records), outside = run(false, &outside_records);
+  EXPECT_EQ(inside_records, 0u);
+  EXPECT_EQ(inside, outside);
+}
