@@ -72,8 +72,9 @@ ModelInfo cnn_info() {
           .flops_per_sample = train_flops(macs)};
 }
 
-ModelInfo gpt_info() {
-  const GPTConfig c;
+}  // namespace
+
+ModelInfo gpt_model_info(const GPTConfig& c) {
   const int64_t C = c.embed_dim, V = c.vocab_size, T = c.context, L = c.num_layers, R = c.mlp_ratio;
   const int64_t block_params = layer_norm_params(C) + linear_params(C, 3 * C) + linear_params(C, C) +
                                layer_norm_params(C) + linear_params(C, R * C) + linear_params(R * C, C);
@@ -90,9 +91,11 @@ ModelInfo gpt_info() {
           .flops_per_sample = train_flops(T * macs_per_token)};
 }
 
+namespace {
+
 const std::vector<ModelInfo>& all_models() {
   static const std::vector<ModelInfo> models = {mlp_info("mlp", 512, 256), mlp_info("mlp-wide", 1024, 1024), cnn_info(),
-                                                gpt_info()};
+                                                gpt_model_info(GPTConfig{})};
   return models;
 }
 

@@ -20,6 +20,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--warmup", args.warmup, "Untimed steps first (optimizer state, caches)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
+  cmd->add_option("--embed", args.embed,
+                  "gpt only: embedding width C, a multiple of the 4 heads (default 256), for scaling studies")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 16));
   cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
   return cmd;
 }
@@ -33,11 +36,28 @@ int run_bench(const BenchArgs& b) {
   spec.synthetic_size = a.batch_size * (b.warmup + a.steps);
   check_combination(a, spec, precision);
   const int threads = apply_threads(a.threads);
-  const nn::ModelInfo& info = nn::model_info(a.model);
+  nn::ModelInfo info = nn::model_info(a.model);
+  nn::GPTConfig gpt_config;
+  if (b.embed > 0) {
+    if (info.task != nn::ModelTask::kLanguageModel)
+      throw UsageError("--embed sets the width of the gpt model; model " + a.model + " has a fixed architecture");
+    if (b.embed % gpt_config.num_heads != 0)
+      throw UsageError("--embed must be a multiple of the " + std::to_string(gpt_config.num_heads) + " heads, got " +
+                       std::to_string(b.embed));
+    gpt_config.embed_dim = b.embed;
+    info = nn::gpt_model_info(gpt_config);
+  }
   LoadedData data = load_data(spec, info, a.seed);
 
-  auto model = nn::make_model(a.model, a.seed);
+  std::shared_ptr<nn::Module> model;
+  if (b.embed > 0) {
+    Generator g(a.seed);  // as make_model: the same seed gives the same initialisation
+    model = std::make_shared<nn::GPT>(gpt_config, &g);
+  } else {
+    model = nn::make_model(a.model, a.seed);
+  }
   train::TrainerOptions o = trainer_options(a, precision, train::parse_param_dtype(a.master_weights));
+  o.flops_per_sample = info.flops_per_sample;
   o.max_steps = b.warmup + a.steps;
   o.timing_warmup_steps = b.warmup;
   o.out_dir.clear();
@@ -50,6 +70,8 @@ int run_bench(const BenchArgs& b) {
                               {"precision", a.precision},
                               {"scaler", s.scaler},
                               {"master_weights", s.master_weights},
+                              {"embed", info.task == nn::ModelTask::kLanguageModel ? gpt_config.embed_dim : 0},
+                              {"parameters", info.num_parameters},
                               {"batch_size", a.batch_size},
                               {"steps", a.steps},
                               {"warmup", b.warmup},

@@ -18,6 +18,7 @@ struct CompareArgs {
 struct BenchArgs {
   RunArgs run;
   int64_t warmup = 5;
+  int64_t embed = 0;  // gpt only: embedding width C; 0 = the model's default (256)
   bool json = false;
 };
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mixtrain/dtype.h"
+#include "mixtrain/nn/gpt.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/shape.h"
 
@@ -48,6 +49,10 @@ const std::vector<std::string>& model_names();
 // Throws mt::Error listing the valid names for an unknown name.
 const ModelInfo& model_info(const std::string& name);
 inline int64_t model_flops_per_sample(const std::string& name) { return model_info(name).flops_per_sample; }
+
+// The ModelInfo of a GPT of any configuration, named "gpt" (model_info("gpt") is the default
+// GPTConfig's); used to size FLOP counts for GPTs of other widths, e.g. in scaling benchmarks.
+ModelInfo gpt_model_info(const GPTConfig& config);
 
 // Builds the model with its PyTorch-default initialisation drawn from Generator(seed): the same
 // name and seed give bit-identical parameters on every machine and thread count.
