@@ -24,6 +24,7 @@ struct DataLoader::Pass {
   int64_t next;  // next batch index the consumer will take
   int64_t end;
   int prefetch;
+  BatchTransform transform;  // may be empty
 
   // Consumer side (only the consuming thread touches these).
   Batch current;
@@ -40,8 +41,16 @@ struct DataLoader::Pass {
   std::exception_ptr error;
   std::thread worker;
 
-  Pass(const Dataset* ds, std::vector<int64_t> ord, int64_t bs, int64_t ep, int64_t first, int64_t last, int pf)
-      : dataset(ds), order(std::move(ord)), batch_size(bs), epoch(ep), next(first), end(last), prefetch(pf) {
+  Pass(const Dataset* ds, std::vector<int64_t> ord, int64_t bs, int64_t ep, int64_t first, int64_t last, int pf,
+       BatchTransform tf)
+      : dataset(ds),
+        order(std::move(ord)),
+        batch_size(bs),
+        epoch(ep),
+        next(first),
+        end(last),
+        prefetch(pf),
+        transform(std::move(tf)) {
     if (prefetch > 0 && first < last) worker = std::thread([this, first] { work(first); });
   }
 
@@ -57,7 +66,10 @@ struct DataLoader::Pass {
   Batch build(int64_t b) const {
     const int64_t n = static_cast<int64_t>(order.size());
     const int64_t lo = b * batch_size, hi = std::min(n, lo + batch_size);
-    return dataset->get_batch(std::span<const int64_t>(order.data() + lo, static_cast<size_t>(hi - lo)));
+    const std::span<const int64_t> indices(order.data() + lo, static_cast<size_t>(hi - lo));
+    Batch batch = dataset->get_batch(indices);
+    if (transform) transform(batch, indices, epoch);
+    return batch;
   }
 
   void work(int64_t first) {
@@ -168,7 +180,8 @@ DataLoader::Iterator DataLoader::begin() {
   epoch_ = epoch + 1;
   start_batch_ = 0;
   auto pass =
-      std::make_shared<Pass>(dataset_, order(epoch), options_.batch_size, epoch, first, size(), options_.prefetch);
+      std::make_shared<Pass>(dataset_, order(epoch), options_.batch_size, epoch, first, size(), options_.prefetch,
+                             options_.transform);
   pass->advance();
   return Iterator(std::move(pass));
 }

@@ -128,6 +128,7 @@ std::string TrainSummary::to_json(int indent) const {
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   json j = {{"model", model},
             {"data", data},
+            {"augment", augment},
             {"precision", precision},
             {"scaler", scaler},
             {"master_weights", master_weights},
@@ -166,7 +167,8 @@ Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data:
                            .shuffle = options_.shuffle,
                            .seed = options_.seed,
                            .drop_last = options_.drop_last,
-                           .prefetch = options_.prefetch}),
+                           .prefetch = options_.prefetch,
+                           .transform = options_.train_transform}),
       scaler_([&] {
         amp::GradScalerOptions o = options_.precision.scaler_options;
         o.enabled = uses_scaler(options_.precision);
@@ -402,6 +404,7 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   TrainSummary s;
   s.model = options_.model_name;
   s.data = options_.data_name;
+  s.augment = options_.augment_name;
   s.precision = std::string(to_string(options_.precision.precision));
   s.scaler = scaler_.is_enabled();
   s.master_weights = std::string(short_dtype_name(options_.precision.param_dtype));

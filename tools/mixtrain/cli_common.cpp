@@ -125,6 +125,11 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
     app.add_option("--lr-decay", a.lr_decay, "Learning-rate decay over the run: cosine (to 0) or constant")
         ->check(CLI::IsMember({"cosine", "constant"}))
         ->capture_default_str();
+    app.add_option("--augment", a.augment,
+                   "Training-image augmentation: flip (mirror left-right with probability 1/2, drawn per "
+                   "sample and epoch from the seed) or none; image models only")
+        ->check(CLI::IsMember({"none", "flip"}))
+        ->capture_default_str();
     app.add_option("--checkpoint-every", a.checkpoint_every,
                    "Write DIR/checkpoint-<step>.safetensors every N steps (0: only the final checkpoint)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
@@ -146,6 +151,8 @@ void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision 
     throw UsageError("model " + a.model + " is a language model: use --data text:FILE or --data synthetic");
   if (!lm && text)
     throw UsageError("model " + a.model + " classifies 28x28 images: --data text:FILE needs --model gpt");
+  if (lm && a.augment != "none")
+    throw UsageError("--augment " + a.augment + " mirrors images; model " + a.model + " reads token sequences");
   if (a.master_weights != "fp32" && a.master_weights != "same") {
     train::PrecisionConfig c{.precision = precision, .param_dtype = train::parse_param_dtype(a.master_weights)};
     try {
@@ -228,6 +235,8 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
   o.model_name = a.model;
   o.data_name = a.data;
+  o.augment_name = a.augment;
+  if (a.augment == "flip") o.train_transform = data::random_horizontal_flip(a.seed);
   o.flops_per_sample = info.flops_per_sample;
   // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.
   o.eval_batch_size = info.task == nn::ModelTask::kLanguageModel ? 64 : 500;

@@ -42,6 +42,7 @@ struct RunArgs {
   double lr = 1e-3;
   double weight_decay = 0.01;
   std::string lr_decay = "cosine";
+  std::string augment = "none";
   uint64_t seed = 0;
   int threads = 0;  // 0: every core
   std::string out;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "mixtrain/data/dataset.h"
+#include "mixtrain/data/transforms.h"
 
 namespace mixtrain::data {
 
@@ -39,6 +40,8 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   bool drop_last = false;  // drop a final batch smaller than batch_size
   int prefetch = 2;        // batches built ahead on a background thread; 0: no thread
+  // Applied to every batch after Dataset::get_batch, on the prefetch thread (data/transforms.h).
+  BatchTransform transform;
 };
 
 class DataLoader {

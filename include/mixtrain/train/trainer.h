@@ -107,6 +107,9 @@ struct TrainerOptions {
   bool drop_last = false;
   int prefetch = 2;   // batches the DataLoader builds ahead
   uint64_t seed = 0;  // data order and the default generator
+  // Augmentation of training batches (e.g. data::random_horizontal_flip(seed)); never applied to
+  // evaluation data. Deterministic per (seed, epoch, sample), so resume stays exact.
+  data::BatchTransform train_transform;
 
   std::string out_dir;           // "" writes no files
   int64_t checkpoint_every = 0;  // > 0: checkpoint-<step>.safetensors every this many steps
@@ -130,6 +133,7 @@ struct TrainerOptions {
 
   std::string model_name = "custom";  // recorded in summary.json and model.safetensors
   std::string data_name;  // the data the run used (the CLI's --data spec), recorded in summary.json
+  std::string augment_name = "none";  // names train_transform in summary.json ("flip", ...)
   int64_t flops_per_sample = 0;       // training FLOPs per sample; > 0 adds gflops to the summary
 
   std::function<void(const StepInfo&)> on_step;
@@ -139,7 +143,8 @@ struct TrainerOptions {
 // The result of fit(), written to summary.json.
 struct TrainSummary {
   std::string model;
-  std::string data;  // TrainerOptions::data_name
+  std::string data;     // TrainerOptions::data_name
+  std::string augment;  // TrainerOptions::augment_name
   std::string precision;  // "fp32", "bf16", "fp16"
   bool scaler = false;
   std::string master_weights;  // parameter dtype: "fp32", "bf16", "fp16"
