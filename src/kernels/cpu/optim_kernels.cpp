@@ -12,7 +12,11 @@
 // each step of the update is a separate branch-free loop over the buffer (the compiler vectorises
 // them; the branches on options sit outside the loops), and the result is rounded back in bulk.
 // sqrt is done with _mm_sqrt_ps because GCC only vectorises std::sqrt under -fno-math-errno; both
-// are correctly rounded, so the results are the same bits.
+// are correctly rounded, so the results are the same bits. Adam/AdamW, the optimizer most runs use,
+// has a second path on AVX-512 CPUs that keeps the whole update of 16 elements in registers (one
+// read and one write per tensor and element, no intermediate buffers); it performs the same
+// operations in the same order (explicitly rounded, so never contracted into FMAs) and gives the
+// bits of the block path, which tests check.
 #include "kernels/cpu/optim_kernels.h"
 
 #include <omp.h>
