@@ -14,6 +14,9 @@ void check_options(const AdamOptions& o, const char* name, size_t group) {
            " in param group ", group, " (must be in [0, 1))");
   MT_CHECK(o.betas.second >= 0.0 && o.betas.second < 1.0, name, ": invalid beta parameter at index 1: ", o.betas.second,
            " in param group ", group, " (must be in [0, 1))");
+  MT_CHECK(o.exp_avg_dtype == kFloat32 || o.exp_avg_dtype == kBFloat16, name, ": exp_avg_dtype must be float32 or ",
+           "bfloat16, got ", o.exp_avg_dtype, " in param group ", group,
+           " (the second moment is always float32: bf16 cannot hold its small updates)");
   MT_CHECK(o.weight_decay.value_or(0.0) >= 0.0, name, ": invalid weight_decay ", o.weight_decay.value_or(0.0),
            " in param group ", group, " (must be >= 0)");
 }
@@ -32,7 +35,7 @@ Adam::Adam(std::vector<ParamGroupSpec<AdamOptions>> groups, bool decoupled_weigh
   for (auto& g : groups) {
     if (!g.options.weight_decay) g.options.weight_decay = decoupled_ ? 1e-2 : 0.0;
     check_options(g.options, name(), options_.size());
-    add_param_group(std::move(g.params), std::move(g.names), g.options.master_weights);
+    add_param_group(std::move(g.params), std::move(g.names), g.options.master_weights, g.options.packed_master);
     options_.push_back(g.options);
   }
 }
@@ -54,12 +57,14 @@ void Adam::step_group(size_t g, float inv_scale) {
     if (!grad.defined()) continue;
     ParamState& s = mutable_state(i);
     const TensorOptions fp32{.dtype = kFloat32, .device = params[j].device()};
-    if (!s.exp_avg.defined()) s.exp_avg = zeros(params[j].shape(), fp32);
+    if (!s.exp_avg.defined()) s.exp_avg = zeros(params[j].shape(), {.dtype = o.exp_avg_dtype, .device = params[j].device()});
+    if (s.exp_avg.dtype() != o.exp_avg_dtype) s.exp_avg = s.exp_avg.to(o.exp_avg_dtype).contiguous();
     if (!s.exp_avg_sq.defined()) s.exp_avg_sq = zeros(params[j].shape(), fp32);
     if (o.amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros(params[j].shape(), fp32);
     ++s.step;
     work.push_back(
-        {params[j], grad, s.master, s.exp_avg, s.exp_avg_sq, o.amsgrad ? s.max_exp_avg_sq : Tensor(), s.step});
+        {params[j], grad, s.master, s.master_low, s.exp_avg, s.exp_avg_sq, o.amsgrad ? s.max_exp_avg_sq : Tensor(),
+         s.step});
   }
   kernels::adam_step(work, {.lr = o.lr,
                             .beta1 = o.betas.first,

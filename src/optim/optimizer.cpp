@@ -1,12 +1,48 @@
 // The optimizer base: groups, flat per-parameter state, master weights, state dicts.
 #include "mixtrain/optim/optimizer.h"
 
+#include <cstring>
 #include <set>
 
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
 
 namespace mixtrain::optim {
+namespace {
+
+// Packed masters (mode (c)): the fp32 master's bits are (bf16 parameter bits << 16) | low.
+
+Tensor new_master_low(const Tensor& param) {
+  return zeros({param.numel(), 2}, {.dtype = kUInt8, .device = param.device()});
+}
+
+// The fp32 master of a bf16 parameter and its packed lower half.
+Tensor unpack_master(const Tensor& param, const Tensor& low) {
+  Tensor master = empty(param.shape(), {.dtype = kFloat32, .device = param.device()});
+  const bfloat16* hi = param.data_ptr<bfloat16>();
+  const auto* lo = reinterpret_cast<const uint16_t*>(low.data_ptr<uint8_t>());
+  float* out = master.data_ptr<float>();
+  for (int64_t i = 0; i < param.numel(); ++i) {
+    const uint32_t bits = (static_cast<uint32_t>(hi[i].x) << 16) | lo[i];
+    std::memcpy(out + i, &bits, sizeof(bits));
+  }
+  return master;
+}
+
+// Splits an fp32 master into the bf16 parameter (upper bits) and the lower half.
+void pack_master(const Tensor& master, const Tensor& param, const Tensor& low) {
+  const float* in = master.contiguous().data_ptr<float>();
+  bfloat16* hi = param.data_ptr<bfloat16>();
+  auto* lo = reinterpret_cast<uint16_t*>(low.data_ptr<uint8_t>());
+  for (int64_t i = 0; i < param.numel(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, in + i, sizeof(bits));
+    hi[i] = bfloat16::from_bits(static_cast<uint16_t>(bits >> 16));
+    lo[i] = static_cast<uint16_t>(bits & 0xffffu);
+  }
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, Tensor>> ParamState::named_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
@@ -14,6 +50,7 @@ std::vector<std::pair<std::string, Tensor>> ParamState::named_tensors() const {
     if (t.defined()) out.emplace_back(key, t);
   };
   add("master", master);
+  add("master_low", master_low);
   add("momentum_buffer", momentum_buffer);
   add("exp_avg", exp_avg);
   add("exp_avg_sq", exp_avg_sq);
@@ -27,6 +64,7 @@ ParamState ParamState::clone() const {
   ParamState s;
   s.step = step;
   s.master = copy(master);
+  s.master_low = copy(master_low);
   s.momentum_buffer = copy(momentum_buffer);
   s.exp_avg = copy(exp_avg);
   s.exp_avg_sq = copy(exp_avg_sq);
@@ -34,7 +72,8 @@ ParamState ParamState::clone() const {
   return s;
 }
 
-void Optimizer::add_param_group(std::vector<Tensor> params, std::vector<std::string> names, bool master_weights) {
+void Optimizer::add_param_group(std::vector<Tensor> params, std::vector<std::string> names, bool master_weights,
+                                bool packed_master) {
   MT_CHECK(names.empty() || names.size() == params.size(), name(), ": param group ", groups_.size(), " has ",
            params.size(), " parameters but ", names.size(), " names");
   names.resize(params.size());
@@ -60,7 +99,9 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::vector<std::str
     ParamState s;
     if (is_reduced_float(p.dtype())) {
       has_reduced_precision_params_ = true;
-      if (master_weights) {
+      if (master_weights && packed_master && p.dtype() == kBFloat16) {
+        s.master_low = new_master_low(p);  // the master is the parameter's value exactly
+      } else if (master_weights) {
         NoGradGuard no_grad;
         s.master = p.detach().to(kFloat32);  // exact: every 16-bit value is an fp32 value
       }
@@ -129,7 +170,15 @@ void Optimizer::zero_grad() {
 OptimizerStateDict Optimizer::state_dict() const {
   OptimizerStateDict sd;
   sd.state.reserve(state_.size());
-  for (const ParamState& s : state_) sd.state.push_back(s.clone());
+  std::vector<Tensor> params = parameters();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    ParamState s = state_[i].clone();
+    if (s.master_low.defined()) {  // state dicts hold the full fp32 master, whatever the layout
+      s.master = unpack_master(params[i], s.master_low);
+      s.master_low = Tensor();
+    }
+    sd.state.push_back(std::move(s));
+  }
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::map<std::string, double> h = group_hyperparameters(g);
     if (groups_[g].initial_lr) h["initial_lr"] = *groups_[g].initial_lr;
@@ -148,13 +197,18 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
   for (size_t i = 0; i < state_.size(); ++i) {
     const ParamState& src = sd.state[i];
     MT_CHECK(src.step >= 0, name(), ".load_state_dict: negative step for ", param_name(i));
-    MT_CHECK(src.master.defined() == state_[i].master.defined(), name(), ".load_state_dict: ", param_name(i), " (",
-             describe(params[i]), ") ", state_[i].master.defined() ? "has" : "has no",
-             " fp32 master weight here but the state dict ", src.master.defined() ? "has one" : "has none",
-             "; master-weight mode must match");
-    for (const auto& [key, t] : src.named_tensors())
-      MT_CHECK(t.dtype() == kFloat32 && t.shape() == params[i].shape(), name(), ".load_state_dict: state '", key,
-               "' of ", param_name(i), " is ", describe(t), ", expected float32 with shape ", params[i].shape());
+    const bool has_master = state_[i].master.defined() || state_[i].master_low.defined();
+    MT_CHECK(src.master.defined() == has_master, name(), ".load_state_dict: ", param_name(i), " (",
+             describe(params[i]), ") ", has_master ? "has" : "has no", " fp32 master weight here but the state dict ",
+             src.master.defined() ? "has one" : "has none", "; master-weight mode must match");
+    MT_CHECK(!src.master_low.defined(), name(), ".load_state_dict: state 'master_low' of ", param_name(i),
+             " is not a state-dict entry (state dicts hold the full fp32 'master')");
+    for (const auto& [key, t] : src.named_tensors()) {
+      const bool dtype_ok = t.dtype() == kFloat32 || (key == "exp_avg" && t.dtype() == kBFloat16);
+      MT_CHECK(dtype_ok && t.shape() == params[i].shape(), name(), ".load_state_dict: state '", key, "' of ",
+               param_name(i), " is ", describe(t), ", expected ", key == "exp_avg" ? "float32 or bfloat16" : "float32",
+               " with shape ", params[i].shape());
+    }
   }
   // Hyperparameters next (they validate as they go): restore the old ones if a group is refused.
   std::vector<std::map<std::string, double>> old;
@@ -166,7 +220,16 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
     for (size_t g = 0; g < done; ++g) set_group_hyperparameters(g, old[g]);
     throw;
   }
-  for (size_t i = 0; i < state_.size(); ++i) state_[i] = sd.state[i].clone();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const bool packed = state_[i].master_low.defined();
+    state_[i] = sd.state[i].clone();
+    if (packed) {
+      state_[i].master_low = new_master_low(params[i]);
+      pack_master(state_[i].master, params[i], state_[i].master_low);
+      state_[i].master = Tensor();
+      params[i].bump_version();
+    }
+  }
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto it = sd.param_groups[g].find("initial_lr");
     groups_[g].initial_lr = it == sd.param_groups[g].end() ? std::nullopt : std::optional<double>(it->second);
@@ -181,15 +244,50 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
 StateBytes Optimizer::state_bytes() const {
   StateBytes b;
   for (const ParamState& s : state_)
-    for (const auto& [key, t] : s.named_tensors()) (key == "master" ? b.masters : b.moments) += t.nbytes();
+    for (const auto& [key, t] : s.named_tensors())
+      (key == "master" || key == "master_low" ? b.masters : b.moments) += static_cast<int64_t>(t.nbytes());
+  return b;
+}
+
+ModelStateBytes Optimizer::model_state_bytes() const {
+  ModelStateBytes b;
+  for (const Tensor& p : parameters()) {
+    b.num_elements += p.numel();
+    b.params += static_cast<int64_t>(p.nbytes());
+    b.grads += static_cast<int64_t>(p.nbytes());  // step() requires grad dtype == param dtype
+  }
+  const StateBytes s = state_bytes();
+  b.masters = s.masters;
+  b.optimizer_state = s.moments;
   return b;
 }
 
 void Optimizer::sync_masters_from_params() {
   NoGradGuard no_grad;
   std::vector<Tensor> params = parameters();
-  for (size_t i = 0; i < state_.size(); ++i)
+  for (size_t i = 0; i < state_.size(); ++i) {
     if (state_[i].master.defined()) state_[i].master.copy_(params[i]);
+    if (state_[i].master_low.defined()) state_[i].master_low.zero_();
+  }
+}
+
+void Optimizer::pack_masters() {
+  NoGradGuard no_grad;
+  std::vector<Tensor> params = parameters();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    ParamState& s = state_[i];
+    if (!s.master.defined() || params[i].dtype() != kBFloat16) continue;
+    s.master_low = new_master_low(params[i]);
+    pack_master(s.master, params[i], s.master_low);
+    s.master = Tensor();
+    params[i].bump_version();  // the parameter may have moved (nearest -> truncated)
+  }
+}
+
+bool Optimizer::has_packed_masters() const {
+  for (const ParamState& s : state_)
+    if (s.master_low.defined()) return true;
+  return false;
 }
 
 namespace detail {

@@ -29,7 +29,7 @@ SGD::SGD(std::vector<ParamGroupSpec<SGDOptions>> groups) {
   MT_CHECK(detail::count_params(groups) > 0, "SGD: optimizer got an empty parameter list");
   for (auto& g : groups) {
     check_options(g.options, options_.size());
-    add_param_group(std::move(g.params), std::move(g.names), g.options.master_weights);
+    add_param_group(std::move(g.params), std::move(g.names), g.options.master_weights, g.options.packed_master);
     options_.push_back(g.options);
   }
 }
@@ -44,7 +44,7 @@ void SGD::step_group(size_t g, float inv_scale) {
     Tensor grad = grad_for_step(i);
     if (!grad.defined()) continue;
     ParamState& s = mutable_state(i);
-    kernels::SgdTensors t{params[j], grad, s.master, Tensor(), false};
+    kernels::SgdTensors t{params[j], grad, s.master, s.master_low, Tensor(), false};
     if (o.momentum != 0.0) {
       if (!s.momentum_buffer.defined()) {
         s.momentum_buffer = zeros(params[j].shape(), {.dtype = kFloat32, .device = params[j].device()});

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "mixtrain/error.h"
+#include "mixtrain/optim/adam.h"
 
 namespace mixtrain::train {
 
@@ -74,6 +75,9 @@ void validate(const PrecisionConfig& config) {
   const DType p = config.param_dtype;
   MT_CHECK(p == kFloat32 || p == kBFloat16 || p == kFloat16, "master weights: parameter dtype must be fp32, bf16 or ",
            "fp16, got ", p);
+  MT_CHECK(!config.compact_state || p == kBFloat16, "compact optimizer state needs bf16 parameters (--master-weights ",
+           "bf16): its packed master stores the bf16 parameter as the upper half of the fp32 master; got parameter ",
+           "dtype ", short_dtype_name(p));
   if (p == kFloat32) return;
   // A 16-bit parameter can only meet activations of its own dtype: autocast casts the fp32 inputs
   // to the region's dtype, and two different 16-bit dtypes in one op are an error.
@@ -85,6 +89,16 @@ void validate(const PrecisionConfig& config) {
 void prepare_model(nn::Module& model, const PrecisionConfig& config) {
   validate(config);
   if (config.param_dtype != kFloat32) model.to(config.param_dtype);
+}
+
+void prepare_optimizer(optim::Optimizer& optimizer, const PrecisionConfig& config) {
+  validate(config);
+  if (!config.compact_state) return;
+  optimizer.pack_masters();
+  MT_CHECK(optimizer.has_packed_masters(), "compact optimizer state: the optimizer has no fp32 master for any bf16 ",
+           "parameter (was it built with master_weights = false, or before the model was converted?)");
+  if (auto* adam = dynamic_cast<optim::Adam*>(&optimizer))
+    for (size_t g = 0; g < adam->num_param_groups(); ++g) adam->options(g).exp_avg_dtype = kBFloat16;
 }
 
 }  // namespace mixtrain::train

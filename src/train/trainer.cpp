@@ -132,6 +132,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"precision", precision},
             {"scaler", scaler},
             {"master_weights", master_weights},
+            {"compact_state", compact_state},
             {"epochs", epochs},
             {"steps", steps},
             {"steps_this_run", steps_this_run},
@@ -148,6 +149,8 @@ std::string TrainSummary::to_json(int indent) const {
             {"threads", threads},
             {"train_seconds", train_seconds},
             {"num_parameters", num_parameters},
+            {"model_state_bytes", model_state_bytes},
+            {"model_state_bytes_per_param", model_state_bytes_per_param},
             {"seed", seed},
             {"lr", lr},
             {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
@@ -198,6 +201,7 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dat
                short_dtype_name(options_.precision.param_dtype), " need the model converted before the optimizer is ",
                "built (a parameter is ", p.dtype(), "): call mt::train::prepare_model(model, precision) first, ",
                "or pass an OptimizerFactory");
+  prepare_optimizer(optimizer, options_.precision);
 }
 
 Trainer::Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, const data::Dataset& train_data,
@@ -209,6 +213,7 @@ Trainer::Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, cons
   owned_optimizer_ = make_optimizer(std::move(params));
   MT_CHECK(owned_optimizer_ != nullptr, "Trainer: the optimizer factory returned null");
   optimizer_ = owned_optimizer_.get();
+  prepare_optimizer(*optimizer_, options_.precision);
   base_lr_ = optimizer_->lr(0);
 }
 
@@ -408,6 +413,7 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.precision = std::string(to_string(options_.precision.precision));
   s.scaler = scaler_.is_enabled();
   s.master_weights = std::string(short_dtype_name(options_.precision.param_dtype));
+  s.compact_state = options_.precision.compact_state;
   s.epochs = static_cast<double>(step_) / static_cast<double>(loader_.size());
   s.steps = step_;
   s.steps_this_run = run.steps;
@@ -432,6 +438,9 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.threads = omp_get_max_threads();
   s.train_seconds = std::chrono::duration<double>(Clock::now() - run.start).count();
   s.num_parameters = model_->num_parameters();
+  const optim::ModelStateBytes state = optimizer_->model_state_bytes();
+  s.model_state_bytes = state.total();
+  s.model_state_bytes_per_param = state.bytes_per_param();
   s.seed = options_.seed;
   s.lr = optimizer_->lr(0);
   s.resumed_from = resumed_from_;

@@ -1,7 +1,9 @@
 // Trainer checkpoints: the full training state in one safetensors file (io/checkpoint.h layout).
 //
 //   tensors   model.<state_dict name>          parameters and persistent buffers, own dtype
-//             optim.<flat index>.<slot>        ParamState tensors: master, exp_avg, exp_avg_sq, ...
+//             optim.<flat index>.<slot>        Optimizer::state_dict() tensors: master (always the full
+//                                              fp32 master, also for packed ones), exp_avg (fp32 or
+//                                              bf16), exp_avg_sq, ...
 //   metadata  step, epoch, batch               position: steps done, 0-based epoch and batch of the next step
 //             optim                            {"type", "steps": [per parameter], "param_groups": [{...}]}
 //             scaler                           GradScaler::state_dict() ({} when disabled)
@@ -33,15 +35,18 @@ constexpr const char* kOptimPrefix = "optim.";
 // Settings that decide the numerics or the data position: a resumed run must use the same ones.
 json run_settings(const TrainerOptions& o, const data::Dataset& train_data, const amp::GradScaler& scaler,
                   const optim::Optimizer& opt) {
-  return {{"precision", std::string(to_string(o.precision.precision))},
-          {"scaler", scaler.is_enabled()},
-          {"master_weights", std::string(short_dtype_name(o.precision.param_dtype))},
-          {"batch_size", o.batch_size},
-          {"seed", o.seed},
-          {"shuffle", o.shuffle},
-          {"drop_last", o.drop_last},
-          {"train_size", train_data.size()},
-          {"optimizer", opt.name()}};
+  json settings = {{"precision", std::string(to_string(o.precision.precision))},
+                   {"scaler", scaler.is_enabled()},
+                   {"master_weights", std::string(short_dtype_name(o.precision.param_dtype))},
+                   {"batch_size", o.batch_size},
+                   {"seed", o.seed},
+                   {"shuffle", o.shuffle},
+                   {"drop_last", o.drop_last},
+                   {"train_size", train_data.size()},
+                   {"optimizer", opt.name()}};
+  // Only when on, so checkpoints written before the option existed still load.
+  if (o.precision.compact_state) settings["compact_state"] = true;
+  return settings;
 }
 
 // The ParamState field that holds the named slot (named_tensors()'s keys).

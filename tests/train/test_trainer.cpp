@@ -172,6 +172,10 @@ INSTANTIATE_TEST_SUITE_P(
                                  {.precision = tr::Precision::kFP16,
                                   .scaler_options = {.init_scale = 16777216.0, .growth_interval = 2}}},
                       ResumeCase{"bf16_master", {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16}},
+                      ResumeCase{"bf16_compact",
+                                 {.precision = tr::Precision::kBF16,
+                                  .param_dtype = mt::kBFloat16,
+                                  .compact_state = true}},
                       ResumeCase{"fp16_master",
                                  {.precision = tr::Precision::kFP16,
                                   .param_dtype = mt::kFloat16,
@@ -238,6 +242,46 @@ TEST(Trainer, PrecisionNamesAndValidation) {
   EXPECT_NO_THROW(tr::validate({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16}));
   EXPECT_THROW(tr::validate({.precision = tr::Precision::kBF16, .param_dtype = mt::kFloat16}), mt::Error);
   EXPECT_THROW(tr::validate({.precision = tr::Precision::kFP32, .param_dtype = mt::kBFloat16}), mt::Error);
+  // Compact state packs the master into a bf16 parameter: bf16 parameters only.
+  EXPECT_NO_THROW(
+      tr::validate({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true}));
+  EXPECT_THROW(tr::validate({.precision = tr::Precision::kBF16, .compact_state = true}), mt::Error);
+  EXPECT_THROW(tr::validate({.precision = tr::Precision::kFP16, .param_dtype = mt::kFloat16, .compact_state = true}),
+               mt::Error);
+}
+
+TEST(Trainer, CompactStateHoldsTwelveBytesPerParameter) {
+  // The three layouts on the same model, AdamW: model-state bytes per parameter after training.
+  auto bytes_per_param = [](const tr::PrecisionConfig& p, tr::TrainSummary* out = nullptr) {
+    auto model = tiny_model(1);
+    tr::Trainer t(*model, tr::adamw(1e-2, 0.01), train_set(), nullptr,
+                  {.precision = p, .max_steps = 2, .batch_size = kBatch});
+    tr::TrainSummary s = t.fit();
+    if (p.compact_state) {
+      EXPECT_TRUE(t.optimizer().has_packed_masters());
+      EXPECT_EQ(t.optimizer().state(0).exp_avg.dtype(), mt::kBFloat16);
+      EXPECT_EQ(json::parse(s.to_json())["compact_state"], true);
+    }
+    if (out) *out = s;
+    return s.model_state_bytes_per_param;
+  };
+  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBF16}), 16.0);
+  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16}), 16.0);
+  tr::TrainSummary compact;
+  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true},
+                            &compact),
+            12.0);
+  EXPECT_EQ(compact.model_state_bytes, 12 * compact.num_parameters);
+
+  // A compact run does not resume from a checkpoint written without compact state.
+  TempDir dir;
+  run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16},
+       .max_steps = 2,
+       .out_dir = dir.path()});
+  EXPECT_THROW(run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true},
+                    .max_steps = 3,
+                    .resume_from = dir.file("checkpoint.safetensors")}),
+               mt::Error);
 }
 
 TEST(Trainer, MasterWeightsNeedTheModelConvertedBeforeTheOptimizer) {

@@ -8,8 +8,15 @@
 //   p = p - lr / (1 - beta1^t) * m / (sqrt(v_hat) / sqrt(1 - beta2^t) + eps)
 //
 // t is the parameter's own step count (skipped steps do not count). The bias-correction scalars are
-// computed in double and rounded to fp32; all element math is fp32 and the moments are fp32; 16-bit
-// parameters update an fp32 master (see optimizer.h).
+// computed in double and rounded to fp32; all element math is fp32; v (and v_max) are fp32, m is fp32
+// or bf16 (exp_avg_dtype: read widened, updated in fp32, stored rounded to nearest even); 16-bit
+// parameters update an fp32 master, full or packed (see optimizer.h).
+//
+// Why m may be bf16 and v may not: with beta1 = 0.9 each step moves m by 10% of (g - m), far more
+// than bf16's relative rounding step 2^-8, so storing m in bf16 adds a rounding error of at most
+// 2^-9 relative per step that does not accumulate into a bias. With beta2 = 0.999 each step moves v
+// by 0.1% of (g^2 - v), less than half a bf16 ulp of v: a bf16 v rounds back to its old value and
+// stops following the gradient scale altogether (tests/optim/test_compact_state.cpp shows the stall).
 #pragma once
 
 #include <optional>
@@ -27,6 +34,12 @@ struct AdamOptions {
   std::optional<double> weight_decay;  // unset: 0 for Adam, 1e-2 for AdamW (PyTorch's defaults)
   bool amsgrad = false;
   bool master_weights = true;  // fp32 masters for 16-bit parameters (no effect on fp32 ones)
+  // With master_weights: store the fp32 master of each bf16 parameter packed, as the parameter (upper
+  // 16 bits) plus a 16-bit lower half, mode (c) of optimizer.h. Read at construction only.
+  bool packed_master = false;
+  // Storage of the first moment: kFloat32 or kBFloat16 (2 bytes per element instead of 4). Math is
+  // fp32 either way. Mutable between steps: existing moments are converted at the next step.
+  DType exp_avg_dtype = kFloat32;
 };
 
 class Adam : public Optimizer {

@@ -2,7 +2,8 @@
 // fp32 master weights for 16-bit parameters, state dicts and the hook the GradScaler uses.
 //
 // Precision: every update runs in fp32 in one fused multi-tensor pass (param, grad and moments are
-// read once and written once). Moments are always fp32. Two ways to train in mixed precision:
+// read once and written once). The second moment is always fp32; Adam's first moment is fp32 unless
+// AdamOptions::exp_avg_dtype asks for bf16. Three ways to train in mixed precision:
 //
 //  (a) fp32 parameters used through autocast (the default, PyTorch's AMP): nothing special here;
 //      the parameters, their gradients and the moments are fp32.
@@ -13,11 +14,22 @@
 //      values directly loses every update smaller than 2^-8 of the weight. The masters are created
 //      when the optimizer is constructed, from the parameters' values then: load pretrained weights
 //      first, or call sync_masters_from_params() after changing the parameters.
+//  (c) bf16 parameters with packed masters (`.packed_master = true`, or pack_masters()): a bf16
+//      value is the upper half of an fp32 bit pattern, so the fp32 master is stored as the bf16
+//      parameter itself (its upper 16 bits) plus a 16-bit tensor of its lower 16 bits
+//      (ParamState::master_low). The master is exactly the fp32 value of mode (b) and follows the
+//      same trajectory bit for bit; it costs 2 bytes per element instead of 4. The difference is
+//      what the forward pass sees: the master truncated to bf16 (rounded toward zero, at most one
+//      bf16 ulp below the master's magnitude) instead of rounded to nearest. fp16 is not a prefix
+//      of fp32, so fp16 parameters keep a full fp32 master under this option.
 //
-// Memory per parameter element (see state_bytes()): fp32 params + fp32 grads = 8 bytes; 16-bit
-// params + 16-bit grads + fp32 master = 8 bytes as well (2 + 2 + 4). SGD momentum adds 4, Adam 8
-// (12 with amsgrad). Mode (b) saves memory only where activations and the autocast weight copies are
-// concerned, not on the weights themselves.
+// Model-state bytes per parameter element (model_state_bytes(); weights + grads + masters + optimizer
+// state), with AdamW:
+//   (a) fp32 params 4 + fp32 grads 4 + moments 8                              = 16
+//   (b) 16-bit params 2 + 16-bit grads 2 + fp32 master 4 + moments 8          = 16
+//   (c) bf16 params 2 + bf16 grads 2 + low half 2 + bf16 m 2 + fp32 v 4       = 12
+//       (with exp_avg_dtype = bf16; 14 with an fp32 first moment)
+// SGD with momentum has 4 bytes of optimizer state instead of 8 (amsgrad adds 4 to Adam).
 #pragma once
 
 #include <cstddef>
@@ -48,18 +60,23 @@ struct ParamGroupSpec {
   std::vector<std::string> names = {};
 };
 
-// The optimizer state of one parameter. Tensors are fp32, contiguous, shaped like the parameter, and
-// undefined when unused.
+// The optimizer state of one parameter. Tensors are contiguous, shaped like the parameter, fp32
+// unless said otherwise, and undefined when unused.
 struct ParamState {
   int64_t step = 0;        // updates applied to this parameter (skipped steps do not count)
-  Tensor master;           // fp32 master weight (16-bit parameter in master-weight mode)
+  Tensor master;           // fp32 master weight (16-bit parameter in master-weight mode (b))
+  // Packed mode (c), bf16 parameters: the lower 16 bits of the fp32 master, whose upper 16 bits are
+  // the parameter's bits. Raw storage, not numbers: uint8, shape [numel, 2], one native-endian
+  // uint16 per element. Never in a state_dict(), which holds the reconstructed fp32 `master`.
+  Tensor master_low;
   Tensor momentum_buffer;  // SGD with momentum
-  Tensor exp_avg;          // Adam/AdamW first moment
+  Tensor exp_avg;          // Adam/AdamW first moment (fp32, or bf16 with AdamOptions::exp_avg_dtype)
   Tensor exp_avg_sq;       // Adam/AdamW second moment
   Tensor max_exp_avg_sq;   // Adam/AdamW with amsgrad
 
   // The defined tensors with PyTorch's state keys ("momentum_buffer", "exp_avg", ...; "master" for
-  // the master weight), in a fixed order: what a checkpoint writer serialises.
+  // the master weight, "master_low" for a packed master's lower half), in a fixed order: what a
+  // checkpoint writer serialises (state_dict() entries never hold "master_low").
   std::vector<std::pair<std::string, Tensor>> named_tensors() const;
   // Deep copy.
   ParamState clone() const;
@@ -76,8 +93,21 @@ struct OptimizerStateDict {
 // Bytes held by the optimizer state (storage bytes as counted by mt::memory).
 struct StateBytes {
   int64_t moments = 0;  // momentum buffers and Adam moments
-  int64_t masters = 0;  // fp32 master weights
+  int64_t masters = 0;  // fp32 master weights, or the lower halves of packed masters
   int64_t total() const { return moments + masters; }
+};
+
+// The model state of a training run: what lives for the whole run, activations excluded.
+struct ModelStateBytes {
+  int64_t num_elements = 0;     // parameter elements
+  int64_t params = 0;           // the parameters' storage, in their dtype
+  int64_t grads = 0;            // one gradient per parameter, in the parameter's dtype
+  int64_t masters = 0;          // StateBytes::masters
+  int64_t optimizer_state = 0;  // StateBytes::moments
+  int64_t total() const { return params + grads + masters + optimizer_state; }
+  double bytes_per_param() const {
+    return num_elements > 0 ? static_cast<double>(total()) / static_cast<double>(num_elements) : 0.0;
+  }
 };
 
 // A group as the optimizer holds it. `names` has one entry per parameter ("" when unnamed).
@@ -130,23 +160,39 @@ class Optimizer {
   // State of the parameter with flat index i.
   const ParamState& state(size_t flat_index) const { return state_.at(flat_index); }
   // A deep copy of the state and hyperparameters.
+  // A state dict always holds the full fp32 `master` (reconstructed for packed masters), so packed and
+  // unpacked optimizers load each other's state dicts.
   OptimizerStateDict state_dict() const;
   // Restores a state_dict() of an optimizer of the same kind over parameters of the same shapes and
-  // dtypes (masters must be present exactly for the 16-bit parameters in master-weight mode). The
-  // masters are the values being optimised, so each 16-bit parameter is set to its loaded master,
-  // rounded (what the next step would write anyway).
+  // dtypes (masters must be present exactly for the 16-bit parameters in master-weight mode; state
+  // tensors are fp32, except exp_avg, which may be bf16 and is converted to the optimizer's
+  // exp_avg_dtype at its next step). The masters are the values being optimised, so each 16-bit
+  // parameter is set to its loaded master, rounded to nearest (truncated for a packed master:
+  // in both cases what the next step would write anyway).
   void load_state_dict(const OptimizerStateDict& state_dict);
 
   StateBytes state_bytes() const;
+  // Parameters, gradients (counted whether or not allocated now: each is the size of its parameter),
+  // masters and optimizer state. Optimizer state is created by the first step: call this after one.
+  ModelStateBytes model_state_bytes() const;
   // Re-reads every fp32 master from its 16-bit parameter (after the parameters were changed outside
-  // the optimizer, e.g. weights loaded after construction).
+  // the optimizer, e.g. weights loaded after construction). A packed master's lower half becomes 0.
   void sync_masters_from_params();
+  // Switches every bf16 parameter's fp32 master to the packed layout of mode (c), exactly: the
+  // parameter takes the master's upper 16 bits and master_low its lower 16 (so the parameter moves
+  // from the master rounded to nearest to the master truncated). fp16 parameters keep their fp32
+  // masters; parameters without a master are left alone. Idempotent.
+  void pack_masters();
+  // True when some parameter has a packed master.
+  bool has_packed_masters() const;
 
  protected:
   Optimizer() = default;
 
-  // Registers a group; creates fp32 masters for its 16-bit parameters when master_weights is true.
-  void add_param_group(std::vector<Tensor> params, std::vector<std::string> names, bool master_weights);
+  // Registers a group; creates fp32 masters for its 16-bit parameters when master_weights is true,
+  // packed ones (mode (c)) for its bf16 parameters when packed_master is true as well.
+  void add_param_group(std::vector<Tensor> params, std::vector<std::string> names, bool master_weights,
+                       bool packed_master = false);
   // Flat index of the first parameter of group g.
   size_t group_offset(size_t g) const { return group_offset_.at(g); }
   ParamState& mutable_state(size_t flat_index) { return state_.at(flat_index); }

@@ -23,6 +23,7 @@ struct SGDOptions {
   double weight_decay = 0.0;
   bool nesterov = false;       // requires momentum > 0 and dampening == 0
   bool master_weights = true;  // fp32 masters for 16-bit parameters (no effect on fp32 ones)
+  bool packed_master = false;  // packed masters for bf16 parameters, mode (c) of optimizer.h
 };
 
 class SGD : public Optimizer {

@@ -10,6 +10,12 @@
 //               master weights, mode (b). It must be the precision's own dtype: an fp16 weight in a
 //               bf16 region (or in plain fp32 training) is a dtype mismatch, not a precision mode.
 //
+//   compact_state  bf16 parameters only (mode c of optim/optimizer.h): the optimizer stores each fp32
+//               master packed (the bf16 parameter + its lower 16 bits) and, for Adam/AdamW, the first
+//               moment in bf16: 12 bytes of model state per parameter instead of 16 (params 2, grads
+//               2, master low half 2, m 2, v 4). The master is exact; the forward pass sees it
+//               truncated to bf16 instead of rounded to nearest.
+//
 // The CLI spells the parameter dtype `--master-weights fp32|bf16|fp16`: "fp32" means the fp32
 // parameters are themselves the master weights; "bf16"/"fp16" means 16-bit parameters whose fp32
 // masters live in the optimizer.
@@ -22,6 +28,7 @@
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/dtype.h"
 #include "mixtrain/nn/module.h"
+#include "mixtrain/optim/optimizer.h"
 
 namespace mixtrain::train {
 
@@ -33,6 +40,8 @@ struct PrecisionConfig {
   ScalerMode scaler = ScalerMode::kAuto;
   // dtype of the model's parameters: kFloat32 (mode a) or the precision's 16-bit dtype (mode b).
   DType param_dtype = kFloat32;
+  // Packed masters + bf16 first moment (see above); needs param_dtype == kBFloat16.
+  bool compact_state = false;
   // GradScaler settings when the scaler is on (`enabled` is ignored: the scaler rule decides).
   amp::GradScalerOptions scaler_options = {};
 };
@@ -57,12 +66,17 @@ bool uses_scaler(Precision precision, ScalerMode mode);
 inline bool uses_scaler(const PrecisionConfig& config) { return uses_scaler(config.precision, config.scaler); }
 
 // Throws mt::Error when the combination is invalid (a 16-bit parameter dtype that is not the
-// precision's autocast dtype).
+// precision's autocast dtype, compact_state without bf16 parameters).
 void validate(const PrecisionConfig& config);
 
 // Converts the model's parameters to config.param_dtype (mode b; nothing for fp32). Call it before
 // constructing the optimizer: the optimizer creates the fp32 masters from the 16-bit parameters
 // it is given. The Trainer's optimizer-factory constructor calls it for you.
 void prepare_model(nn::Module& model, const PrecisionConfig& config);
+
+// Puts the optimizer's state in the layout config asks for: with compact_state, packs the masters
+// (Optimizer::pack_masters) and sets an Adam/AdamW's exp_avg_dtype to bf16 in every group; nothing
+// otherwise. Exact (the masters keep their values); call it before training. The Trainer calls it.
+void prepare_optimizer(optim::Optimizer& optimizer, const PrecisionConfig& config);
 
 }  // namespace mixtrain::train

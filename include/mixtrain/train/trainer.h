@@ -26,7 +26,8 @@
 //   metrics.jsonl            one JSON object per logged step: step, epoch, loss, lr, scale, skipped
 //                            (on resume, lines after the checkpoint's step are dropped first)
 //   summary.json             TrainSummary::to_json()
-//   model.safetensors        the final weights (state_dict, in the parameters' dtype)
+//   model.safetensors        the final weights (state_dict, in the parameters' dtype; with compact_state
+//                            the bf16 parameters, i.e. the fp32 masters truncated to bf16)
 //   checkpoint.safetensors   the final training state (resume from it to train further)
 //   checkpoint-<step>.safetensors  every checkpoint_every steps
 // Every file except metrics.jsonl is written atomically (temporary file, fsync, rename).
@@ -148,6 +149,7 @@ struct TrainSummary {
   std::string precision;  // "fp32", "bf16", "fp16"
   bool scaler = false;
   std::string master_weights;  // parameter dtype: "fp32", "bf16", "fp16"
+  bool compact_state = false;  // PrecisionConfig::compact_state
   double epochs = 0;           // steps / batches_per_epoch
   int64_t steps = 0;           // global steps completed (including a resumed run's earlier ones)
   int64_t steps_this_run = 0;
@@ -164,6 +166,10 @@ struct TrainSummary {
   int threads = 0;               // OpenMP threads
   double train_seconds = 0;      // wall time of this fit() call
   int64_t num_parameters = 0;
+  // Optimizer::model_state_bytes() at the end: params + grads + masters + optimizer state, and that
+  // per parameter element (16 for fp32 or 16-bit + fp32 masters with AdamW, 12 with compact_state).
+  int64_t model_state_bytes = 0;
+  double model_state_bytes_per_param = 0;
   uint64_t seed = 0;
   double lr = 0;             // the optimizer's lr (group 0) at the end
   std::string resumed_from;  // "" unless resumed
@@ -174,10 +180,12 @@ struct TrainSummary {
 class Trainer {
  public:
   // With the user's optimizer. For 16-bit parameters (mode b) the model must have been converted
-  // (prepare_model) before the optimizer was built; an fp32 model is refused with that advice.
+  // (prepare_model) before the optimizer was built; an fp32 model is refused with that advice. With
+  // compact_state the optimizer is switched to it (prepare_optimizer).
   Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dataset& train_data,
           const data::Dataset* eval_data, TrainerOptions options);
-  // Converts the model (prepare_model) and builds the optimizer from its named parameters.
+  // Converts the model (prepare_model), builds the optimizer from its named parameters and prepares
+  // it (prepare_optimizer).
   Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, const data::Dataset& train_data,
           const data::Dataset* eval_data, TrainerOptions options);
   ~Trainer();

@@ -12,12 +12,18 @@
 // each step of the update is a separate branch-free loop over the buffer (the compiler vectorises
 // them; the branches on options sit outside the loops), and the result is rounded back in bulk.
 // sqrt is done with _mm_sqrt_ps because GCC only vectorises std::sqrt under -fno-math-errno; both
-// are correctly rounded, so the results are the same bits.
+// are correctly rounded, so the results are the same bits. Adam/AdamW, the optimizer most runs use,
+// has a second path on AVX-512 CPUs that keeps the whole update of 16 elements in registers (one
+// read and one write per tensor and element, no intermediate buffers); it performs the same
+// operations in the same order (explicitly rounded, so never contracted into FMAs) and gives the
+// bits of the block path, which tests check.
 #include "kernels/cpu/optim_kernels.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -25,6 +31,19 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+
+// The AVX-512 Adam kernel uses per-function target attributes: GCC or Clang on x86-64.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MT_OPTIM_AVX512 1
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized flags at
+// every inlining site (GCC bug 105593, fixed in GCC 13): a warning about the header, not this code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#else
+#define MT_OPTIM_AVX512 0
 #endif
 
 #include "kernels/cpu/loops.h"
@@ -219,26 +238,46 @@ float norm_run(const T* p, int64_t count, int64_t stride, double pnorm) {
 // Optimizer steps.
 
 // The value being optimised, block by block: the fp32 master when there is one (the 16-bit
-// parameter then receives the rounded result), else the parameter itself.
+// parameter then receives the rounded result), the packed master (bf16 parameter bits << 16 | low)
+// when there is a lower half, else the parameter itself.
 template <typename T>
 struct ParamBlocks {
   T* param;
   float* master;
+  uint16_t* low;
   void load(int64_t s, float* x, int64_t n) const {
-    if (master != nullptr)
+    if (master != nullptr) {
       std::memcpy(x, master + s, static_cast<size_t>(n) * sizeof(float));
-    else
+    } else if (low != nullptr) {
+      if constexpr (std::is_same_v<T, bfloat16>)
+        for (int64_t j = 0; j < n; ++j)
+          x[j] = std::bit_cast<float>((static_cast<uint32_t>(param[s + j].x) << 16) | low[s + j]);
+    } else {
       load_block(param + s, x, n);
+    }
   }
   void store(int64_t s, const float* x, int64_t n) const {
+    if (low != nullptr) {
+      if constexpr (std::is_same_v<T, bfloat16>)
+        for (int64_t j = 0; j < n; ++j) {
+          const auto bits = std::bit_cast<uint32_t>(x[j]);
+          param[s + j] = bfloat16::from_bits(static_cast<uint16_t>(bits >> 16));
+          low[s + j] = static_cast<uint16_t>(bits & 0xffffu);
+        }
+      return;
+    }
     if (master != nullptr) std::memcpy(master + s, x, static_cast<size_t>(n) * sizeof(float));
     store_block(x, param + s, n);
   }
 };
 
+uint16_t* low_half(const Tensor& master_low) {
+  return master_low.defined() ? reinterpret_cast<uint16_t*>(master_low.data_ptr<uint8_t>()) : nullptr;
+}
+
 template <typename T>
-ParamBlocks<T> param_blocks(const Tensor& param, const Tensor& master) {
-  return {param.data_ptr<T>(), master.defined() ? master.data_ptr<float>() : nullptr};
+ParamBlocks<T> param_blocks(const Tensor& param, const Tensor& master, const Tensor& master_low) {
+  return {param.data_ptr<T>(), master.defined() ? master.data_ptr<float>() : nullptr, low_half(master_low)};
 }
 
 // g = grad * inv_scale (the multiply is exact and skipped when inv_scale is 1).
@@ -251,7 +290,7 @@ void load_grad(const T* grad, int64_t s, float* g, int64_t n, float inv) {
 
 template <typename T>
 void sgd_chunk(const SgdTensors& t, const SgdHyper& h, int64_t b, int64_t e) {
-  const ParamBlocks<T> p = param_blocks<T>(t.param, t.master);
+  const ParamBlocks<T> p = param_blocks<T>(t.param, t.master, t.master_low);
   const T* grad = t.grad.data_ptr<T>();
   float* buf_all = t.momentum_buffer.defined() ? t.momentum_buffer.data_ptr<float>() : nullptr;
   const float wd = static_cast<float>(h.weight_decay), mom = static_cast<float>(h.momentum);
@@ -279,40 +318,67 @@ void sgd_chunk(const SgdTensors& t, const SgdHyper& h, int64_t b, int64_t e) {
   }
 }
 
-template <typename T>
-void adam_chunk(const AdamTensors& t, const AdamHyper& h, int64_t b, int64_t e) {
-  const ParamBlocks<T> p = param_blocks<T>(t.param, t.master);
+// The fp32 scalars of one Adam step of one parameter. Host scalars in double (Python floats in
+// PyTorch), rounded to fp32 where the tensor op would.
+struct AdamScalars {
+  float neg_step_size, bc2_sqrt, w, one_minus_w, b2, one_minus_b2, eps, wd, decay, inv;
+  bool lerp_low, decoupled, amsgrad;
+};
+
+AdamScalars adam_scalars(const AdamHyper& h, int64_t t) {
+  const double step = static_cast<double>(t);
+  AdamScalars c{};
+  c.neg_step_size = static_cast<float>(-(h.lr / (1.0 - std::pow(h.beta1, step))));
+  c.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(h.beta2, step)));
+  c.w = static_cast<float>(1.0 - h.beta1);  // lerp weight
+  c.one_minus_w = 1.0f - c.w;
+  c.lerp_low = std::abs(c.w) < 0.5f;  // ATen's lerp picks its formula by |weight|
+  c.b2 = static_cast<float>(h.beta2);
+  c.one_minus_b2 = static_cast<float>(1.0 - h.beta2);
+  c.eps = static_cast<float>(h.eps);
+  c.wd = static_cast<float>(h.weight_decay);
+  c.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  c.inv = h.inv_scale;
+  c.decoupled = h.decoupled_weight_decay;
+  c.amsgrad = h.amsgrad;
+  return c;
+}
+
+// The portable path: each step of the update is a branch-free loop over an fp32 block. M is the
+// storage type of exp_avg (float or bfloat16).
+template <typename T, typename M>
+void adam_chunk(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e) {
+  const ParamBlocks<T> p = param_blocks<T>(t.param, t.master, t.master_low);
   const T* grad = t.grad.data_ptr<T>();
-  float* m_all = t.exp_avg.data_ptr<float>();
+  M* m_all = t.exp_avg.data_ptr<M>();
   float* v_all = t.exp_avg_sq.data_ptr<float>();
-  float* vmax_all = h.amsgrad ? t.max_exp_avg_sq.data_ptr<float>() : nullptr;
-  // Host scalars in double (Python floats in PyTorch), rounded to fp32 where the tensor op would.
-  const double step = static_cast<double>(t.step);
-  const float neg_step_size = static_cast<float>(-(h.lr / (1.0 - std::pow(h.beta1, step))));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(h.beta2, step)));
-  const float w = static_cast<float>(1.0 - h.beta1), one_minus_w = 1.0f - w;  // lerp weight
-  const bool lerp_low = std::abs(w) < 0.5f;  // ATen's lerp picks its formula by |weight|
-  const float b2 = static_cast<float>(h.beta2), one_minus_b2 = static_cast<float>(1.0 - h.beta2);
-  const float eps = static_cast<float>(h.eps), wd = static_cast<float>(h.weight_decay);
-  const float decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
-  alignas(64) float g[kBlock], x[kBlock], d[kBlock];
+  float* vmax_all = c.amsgrad ? t.max_exp_avg_sq.data_ptr<float>() : nullptr;
+  alignas(64) float g[kBlock], x[kBlock], d[kBlock], mbuf[kBlock];
   for (int64_t s = b; s < e; s += kBlock) {
     const int64_t n = std::min(kBlock, e - s);
-    float* m = m_all + s;
-    float* v = v_all + s;
-    load_grad(grad, s, g, n, h.inv_scale);
-    p.load(s, x, n);
-    if (wd != 0.0f) {
-      if (h.decoupled_weight_decay)
-        for (int64_t j = 0; j < n; ++j) x[j] = x[j] * decay;  // param.mul_(1 - lr * weight_decay)
-      else
-        for (int64_t j = 0; j < n; ++j) g[j] = g[j] + wd * x[j];  // grad.add(param, alpha=weight_decay)
-    }
-    if (lerp_low)  // exp_avg.lerp_(grad, 1 - beta1)
-      for (int64_t j = 0; j < n; ++j) m[j] = m[j] + w * (g[j] - m[j]);
+    float* m = mbuf;
+    if constexpr (std::is_same_v<M, float>)
+      m = m_all + s;
     else
-      for (int64_t j = 0; j < n; ++j) m[j] = g[j] - (g[j] - m[j]) * one_minus_w;
-    for (int64_t j = 0; j < n; ++j) v[j] = v[j] * b2 + one_minus_b2 * g[j] * g[j];  // mul_(b2).addcmul_(g, g, 1-b2)
+      load_block(m_all + s, mbuf, n);
+    float* v = v_all + s;
+    load_grad(grad, s, g, n, c.inv);
+    p.load(s, x, n);
+    if (c.wd != 0.0f) {
+      if (c.decoupled)
+        for (int64_t j = 0; j < n; ++j) x[j] = x[j] * c.decay;  // param.mul_(1 - lr * weight_decay)
+      else
+        for (int64_t j = 0; j < n; ++j) g[j] = g[j] + c.wd * x[j];  // grad.add(param, alpha=weight_decay)
+    }
+    if (c.lerp_low)  // exp_avg.lerp_(grad, 1 - beta1)
+      for (int64_t j = 0; j < n; ++j) m[j] = m[j] + c.w * (g[j] - m[j]);
+    else
+      for (int64_t j = 0; j < n; ++j) m[j] = g[j] - (g[j] - m[j]) * c.one_minus_w;
+    if constexpr (!std::is_same_v<M, float>) {  // the update reads m as stored
+      store_block(mbuf, m_all + s, n);
+      load_block(m_all + s, mbuf, n);
+    }
+    for (int64_t j = 0; j < n; ++j) v[j] = v[j] * c.b2 + c.one_minus_b2 * g[j] * g[j];  // mul_(b2).addcmul_(g, g, 1-b2)
     const float* vhat = v;
     if (vmax_all != nullptr) {  // torch.maximum(max_exp_avg_sq, exp_avg_sq): NaN propagates
       float* vmax = vmax_all + s;
@@ -322,10 +388,129 @@ void adam_chunk(const AdamTensors& t, const AdamHyper& h, int64_t b, int64_t e) 
     std::memcpy(d, vhat, static_cast<size_t>(n) * sizeof(float));
     sqrt_block(d, n);
     // denom = sqrt(v_hat) / sqrt(bias_correction2) + eps; param.addcdiv_(exp_avg, denom, value=-step_size)
-    for (int64_t j = 0; j < n; ++j) x[j] = x[j] + neg_step_size * (m[j] / (d[j] / bc2_sqrt + eps));
+    for (int64_t j = 0; j < n; ++j) x[j] = x[j] + c.neg_step_size * (m[j] / (d[j] / c.bc2_sqrt + c.eps));
     p.store(s, x, n);
   }
 }
+
+#if MT_OPTIM_AVX512
+// The AVX-512 path: the whole update of 16 elements in registers, one load and one store per
+// tensor, masked at the chunk's tail. Same operations, same order as adam_chunk.
+#define MT_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+MT_AVX512_TARGET inline __m512 widen_bf16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// fp32 -> bf16 bits, round to nearest even, NaN -> quiet NaN: detail::fp32_to_bf16_bits per lane.
+MT_AVX512_TARGET inline __m256i round_bf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+template <typename T>
+MT_AVX512_TARGET inline __m512 load16(const T* p, __mmask16 k) {
+  if constexpr (std::is_same_v<T, float>)
+    return _mm512_maskz_loadu_ps(k, p);
+  else if constexpr (std::is_same_v<T, float16>)
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+  else
+    return widen_bf16(_mm256_maskz_loadu_epi16(k, p));
+}
+
+template <typename T>
+MT_AVX512_TARGET inline void store16(T* p, __mmask16 k, __m512 x) {
+  if constexpr (std::is_same_v<T, float>)
+    _mm512_mask_storeu_ps(p, k, x);
+  else if constexpr (std::is_same_v<T, float16>)
+    _mm256_mask_storeu_epi16(p, k, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  else
+    _mm256_mask_storeu_epi16(p, k, round_bf16(x));
+}
+
+// Arithmetic with explicit round-to-nearest: GCC contracts a * b + c written with the plain
+// intrinsics into an FMA, which the portable path (and PyTorch's kernels) do not do; the embedded-
+// rounding forms are never contracted, and give the default rounding's bits.
+constexpr int kRoundNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+MT_AVX512_TARGET inline __m512 vadd(__m512 a, __m512 b) { return _mm512_add_round_ps(a, b, kRoundNearest); }
+MT_AVX512_TARGET inline __m512 vsub(__m512 a, __m512 b) { return _mm512_sub_round_ps(a, b, kRoundNearest); }
+MT_AVX512_TARGET inline __m512 vmul(__m512 a, __m512 b) { return _mm512_mul_round_ps(a, b, kRoundNearest); }
+MT_AVX512_TARGET inline __m512 vdiv(__m512 a, __m512 b) { return _mm512_div_round_ps(a, b, kRoundNearest); }
+MT_AVX512_TARGET inline __m512 vsqrt(__m512 a) { return _mm512_sqrt_round_ps(a, kRoundNearest); }
+
+template <typename T, typename M>
+MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e) {
+  T* param = t.param.data_ptr<T>();
+  const T* grad = t.grad.data_ptr<T>();
+  float* master = t.master.defined() ? t.master.data_ptr<float>() : nullptr;
+  uint16_t* low = low_half(t.master_low);
+  M* m_all = t.exp_avg.data_ptr<M>();
+  float* v_all = t.exp_avg_sq.data_ptr<float>();
+  float* vmax_all = c.amsgrad ? t.max_exp_avg_sq.data_ptr<float>() : nullptr;
+  const __m512 inv = _mm512_set1_ps(c.inv), decay = _mm512_set1_ps(c.decay), wd = _mm512_set1_ps(c.wd);
+  const __m512 w = _mm512_set1_ps(c.w), one_minus_w = _mm512_set1_ps(c.one_minus_w);
+  const __m512 b2 = _mm512_set1_ps(c.b2), one_minus_b2 = _mm512_set1_ps(c.one_minus_b2);
+  const __m512 bc2_sqrt = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps);
+  const __m512 neg_step_size = _mm512_set1_ps(c.neg_step_size);
+  const bool scale = c.inv != 1.0f, decoupled = c.wd != 0.0f && c.decoupled, l2 = c.wd != 0.0f && !c.decoupled;
+  for (int64_t i = b; i < e; i += 16) {
+    const __mmask16 k = e - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (e - i)) - 1u);
+    __m512 g = load16(grad + i, k);
+    if (scale) g = vmul(g, inv);
+    __m512 x;
+    if (master != nullptr) {
+      x = _mm512_maskz_loadu_ps(k, master + i);
+    } else if (low != nullptr) {
+      const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, param + i)), 16);
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, low + i));
+      x = _mm512_castsi512_ps(_mm512_or_si512(hi, lo));
+    } else {
+      x = load16(param + i, k);
+    }
+    if (decoupled) x = vmul(x, decay);
+    if (l2) g = vadd(g, vmul(wd, x));
+    __m512 m = load16(m_all + i, k);
+    m = c.lerp_low ? vadd(m, vmul(w, vsub(g, m)))
+                   : vsub(g, vmul(vsub(g, m), one_minus_w));
+    store16(m_all + i, k, m);
+    if constexpr (!std::is_same_v<M, float>) m = load16(m_all + i, k);  // the update reads m as stored
+    __m512 v = _mm512_maskz_loadu_ps(k, v_all + i);
+    v = vadd(vmul(v, b2), vmul(vmul(one_minus_b2, g), g));
+    _mm512_mask_storeu_ps(v_all + i, k, v);
+    __m512 vhat = v;
+    if (vmax_all != nullptr) {
+      const __m512 vmax = _mm512_maskz_loadu_ps(k, vmax_all + i);
+      const __mmask16 take = _mm512_cmp_ps_mask(v, vmax, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      vhat = _mm512_mask_blend_ps(take, vmax, v);
+      _mm512_mask_storeu_ps(vmax_all + i, k, vhat);
+    }
+    const __m512 denom = vadd(vdiv(vsqrt(vhat), bc2_sqrt), eps);
+    x = vadd(x, vmul(neg_step_size, vdiv(m, denom)));
+    if (master != nullptr) {
+      _mm512_mask_storeu_ps(master + i, k, x);
+      store16(param + i, k, x);
+    } else if (low != nullptr) {
+      const __m512i u = _mm512_castps_si512(x);
+      _mm256_mask_storeu_epi16(param + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+      _mm256_mask_storeu_epi16(low + i, k, _mm512_cvtepi32_epi16(u));  // vpmovdw keeps the low 16 bits
+    } else {
+      store16(param + i, k, x);
+    }
+  }
+}
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return has;
+}
+#endif
+
+std::atomic<bool> g_force_portable_adam{false};
 
 template <typename Tensors>
 void check_step_tensors(const Tensors& t, const char* op) {
@@ -334,6 +519,10 @@ void check_step_tensors(const Tensors& t, const char* op) {
                      op, ": param/grad mismatch");
   MT_INTERNAL_ASSERT(!t.master.defined() || (t.master.dtype() == kFloat32 && t.master.numel() == t.param.numel()), op,
                      ": bad master");
+  MT_INTERNAL_ASSERT(!t.master_low.defined() || (!t.master.defined() && t.param.dtype() == kBFloat16 &&
+                                                 t.master_low.dtype() == kUInt8 && t.master_low.is_contiguous() &&
+                                                 t.master_low.numel() == 2 * t.param.numel()),
+                     op, ": bad packed master");
 }
 
 // Runs chunk_fn<T>(tensors[i], b, e) over all chunks, T being tensors[i].param's storage type.
@@ -429,8 +618,39 @@ void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
     check_step_tensors(t, "adam_step");
     MT_INTERNAL_ASSERT(t.exp_avg.defined() && t.exp_avg_sq.defined() && (!h.amsgrad || t.max_exp_avg_sq.defined()),
                        "adam_step: missing moments");
+    MT_INTERNAL_ASSERT(t.exp_avg.is_contiguous() && (t.exp_avg.dtype() == kFloat32 || t.exp_avg.dtype() == kBFloat16),
+                       "adam_step: exp_avg must be contiguous float32 or bfloat16");
   }
-  run_step(tensors, [&]<typename T>(const AdamTensors& t, int64_t b, int64_t e) { adam_chunk<T>(t, h, b, e); });
+  bool simd = false;
+#if MT_OPTIM_AVX512
+  simd = cpu_has_avx512() && !g_force_portable_adam.load(std::memory_order_relaxed);
+#endif
+  run_step(tensors, [&]<typename T>(const AdamTensors& t, int64_t b, int64_t e) {
+    const AdamScalars c = adam_scalars(h, t.step);
+    const bool m_bf16 = t.exp_avg.dtype() == kBFloat16;
+#if MT_OPTIM_AVX512
+    if (simd) {
+      if (m_bf16)
+        adam_chunk_avx512<T, bfloat16>(t, c, b, e);
+      else
+        adam_chunk_avx512<T, float>(t, c, b, e);
+      return;
+    }
+#endif
+    if (m_bf16)
+      adam_chunk<T, bfloat16>(t, c, b, e);
+    else
+      adam_chunk<T, float>(t, c, b, e);
+  });
+}
+
+bool force_portable_adam(bool portable) {
+  g_force_portable_adam.store(portable, std::memory_order_relaxed);
+#if MT_OPTIM_AVX512
+  return cpu_has_avx512();
+#else
+  return false;
+#endif
 }
 
 }  // namespace mixtrain::kernels

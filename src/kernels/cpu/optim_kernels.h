@@ -41,8 +41,12 @@ std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors
 
 // ---------------------------------------------------------------------------------------------
 // Optimizer steps. Params and grads are contiguous and of one dtype per parameter (float32,
-// float16 or bfloat16); `master`, when defined, is the fp32 master copy that is updated instead of
-// the param (the param then receives the rounded result). Moment buffers are contiguous fp32.
+// float16 or bfloat16); the value being optimised is
+//   - the fp32 `master` when it is defined (the param then receives it rounded to nearest even),
+//   - else the packed master when `master_low` is defined (bf16 params only: fp32 bits =
+//     param bits << 16 | low; both halves are written back, the param thus holds the truncation),
+//   - else the param itself.
+// Moment buffers are contiguous fp32, except Adam's exp_avg, which may be bf16.
 // inv_scale multiplies each gradient as it is read (1 when the grads are already unscaled).
 
 struct SgdHyper {
@@ -52,8 +56,8 @@ struct SgdHyper {
 };
 
 struct SgdTensors {
-  Tensor param, grad, master, momentum_buffer;  // momentum_buffer undefined when momentum == 0
-  bool first_step = false;                      // the buffer is initialised to the gradient
+  Tensor param, grad, master, master_low, momentum_buffer;  // momentum_buffer undefined when momentum == 0
+  bool first_step = false;                                  // the buffer is initialised to the gradient
 };
 
 void sgd_step(const std::vector<SgdTensors>& tensors, const SgdHyper& h);
@@ -66,10 +70,18 @@ struct AdamHyper {
 };
 
 struct AdamTensors {
-  Tensor param, grad, master, exp_avg, exp_avg_sq, max_exp_avg_sq;  // max_exp_avg_sq only with amsgrad
+  Tensor param, grad, master, master_low, exp_avg, exp_avg_sq, max_exp_avg_sq;  // max_exp_avg_sq only with amsgrad
   int64_t step = 0;  // this parameter's step count, already incremented for this update
 };
 
+// One pass over each element: every input is read once and every output written once, 16 lanes at a
+// time with AVX-512 where the CPU has it (else in blocks through fp32 buffers). Both paths perform
+// the same IEEE operations in the same order (no FMA contraction; sqrt and division are correctly
+// rounded), so they give the same bits.
 void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h);
+
+// Tests: run adam_step on the portable block path even where AVX-512 is available (false restores
+// the automatic choice). Returns whether the AVX-512 path is available on this CPU.
+bool force_portable_adam(bool portable);
 
 }  // namespace mixtrain::kernels
