@@ -153,8 +153,10 @@ void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision 
     throw UsageError("model " + a.model + " classifies 28x28 images: --data text:FILE needs --model gpt");
   if (lm && a.augment != "none")
     throw UsageError("--augment " + a.augment + " mirrors images; model " + a.model + " reads token sequences");
-  if (a.master_weights != "fp32" && a.master_weights != "same") {
-    train::PrecisionConfig c{.precision = precision, .param_dtype = train::parse_param_dtype(a.master_weights)};
+  if ((a.master_weights != "fp32" && a.master_weights != "same") || a.compact_state) {
+    train::PrecisionConfig c{.precision = precision,
+                             .param_dtype = train::parse_param_dtype(a.master_weights == "same" ? "fp32" : a.master_weights),
+                             .compact_state = a.compact_state};
     try {
       train::validate(c);
     } catch (const Error& e) {
@@ -236,6 +238,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.model_name = a.model;
   o.data_name = a.data;
   o.augment_name = a.augment;
+  o.precision.compact_state = a.compact_state;
   if (a.augment == "flip") o.train_transform = data::random_horizontal_flip(a.seed);
   o.flops_per_sample = info.flops_per_sample;
   // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.

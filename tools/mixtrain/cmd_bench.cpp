@@ -14,6 +14,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--master-weights", args.run.master_weights, "Parameter dtype: fp32, or bf16/fp16 (= --precision)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
+  cmd->add_flag("--compact-state", args.run.compact_state,
+                "With --precision bf16 --master-weights bf16: keep each fp32 master as the bf16 weight plus its "
+                "lower 16 bits and AdamW's first moment in bf16: 12 bytes of model state per parameter instead of 16");
   cmd->add_option("--steps", args.run.steps, "Timed steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
@@ -79,7 +82,10 @@ int run_bench(const BenchArgs& b) {
                               {"step_ms_median", s.step_ms_median},
                               {"samples_per_sec", s.samples_per_sec},
                               {"gflops", s.gflops.value_or(0.0)},
-                              {"peak_bytes", s.peak_bytes}};
+                              {"peak_bytes", s.peak_bytes},
+                              {"compact_state", s.compact_state},
+                              {"model_state_bytes", s.model_state_bytes},
+                              {"model_state_bytes_per_param", s.model_state_bytes_per_param}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -93,6 +99,9 @@ int run_bench(const BenchArgs& b) {
               static_cast<long long>(info.flops_per_sample));
   std::printf("  peak memory  %s (%lld bytes)\n", human_bytes(static_cast<double>(s.peak_bytes)).c_str(),
               static_cast<long long>(s.peak_bytes));
+  std::printf("  model state  %s, %.2f bytes per parameter (weights, gradients, masters, optimizer state%s)\n",
+              human_bytes(static_cast<double>(s.model_state_bytes)).c_str(), s.model_state_bytes_per_param,
+              s.compact_state ? "; compact" : "");
   return 0;
 }
 
