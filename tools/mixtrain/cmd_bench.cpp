@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/memory.h"
+
 #include "commands.h"
 
 namespace mixtrain::cli {
@@ -42,8 +44,18 @@ int run_bench(const BenchArgs& b) {
   o.timing_warmup_steps = b.warmup;
   o.out_dir.clear();
   o.eval_every_epoch = false;
+  // Allocator counters over the timed steps: snapshots after the last warm-up step and the last step.
+  memory::Stats at_timing_start = memory::stats(), at_end = memory::stats();
+  o.on_step = [&, warmup = b.warmup, last = b.warmup + a.steps](const train::StepInfo& i) {
+    if (i.step == warmup) at_timing_start = memory::stats();
+    if (i.step == last) at_end = memory::stats();
+  };
   train::Trainer trainer(*model, train::adamw(a.lr, a.weight_decay), *data.train, /*eval_data=*/nullptr, o);
   const train::TrainSummary s = trainer.fit();
+  const double steps = static_cast<double>(a.steps);
+  const double allocations_per_step = static_cast<double>(at_end.allocations - at_timing_start.allocations) / steps;
+  const double system_allocations_per_step =
+      static_cast<double>(at_end.system_allocations - at_timing_start.system_allocations) / steps;
 
   if (b.json) {
     const nlohmann::json j = {{"model", a.model},
@@ -57,7 +69,9 @@ int run_bench(const BenchArgs& b) {
                               {"step_ms_median", s.step_ms_median},
                               {"samples_per_sec", s.samples_per_sec},
                               {"gflops", s.gflops.value_or(0.0)},
-                              {"peak_bytes", s.peak_bytes}};
+                              {"peak_bytes", s.peak_bytes},
+                              {"allocations_per_step", allocations_per_step},
+                              {"system_allocations_per_step", system_allocations_per_step}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -71,6 +85,8 @@ int run_bench(const BenchArgs& b) {
               static_cast<long long>(info.flops_per_sample));
   std::printf("  peak memory  %s (%lld bytes)\n", human_bytes(static_cast<double>(s.peak_bytes)).c_str(),
               static_cast<long long>(s.peak_bytes));
+  std::printf("  allocations  %.1f per step (%.2f from the system allocator)\n", allocations_per_step,
+              system_allocations_per_step);
   return 0;
 }
 
