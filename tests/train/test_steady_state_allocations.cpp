@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "mixtrain/amp/autocast.h"
@@ -25,6 +26,8 @@ struct Mode {
   mt::DType param_dtype;
   bool scaler;
 };
+
+void PrintTo(const Mode& mode, std::ostream* os) { *os << mode.name; }
 
 class SteadyStateAllocations : public ::testing::TestWithParam<Mode> {};
 
