@@ -53,12 +53,17 @@ class AccumulateGrad : public Node {
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   TensorList apply(TensorList&& grads) override {
     Tensor leaf(leaf_);
-    Tensor g = grads[0];
+    Tensor g = std::move(grads[0]);
+    grads.clear();
     if (!g.defined()) return {};
     Tensor existing = leaf.grad();
     if (!existing.defined()) {
-      Tensor owned = g.dtype() == leaf.dtype() ? g.clone() : g.to(leaf.dtype());
-      leaf.set_grad(owned.contiguous());
+      if (can_adopt(g, leaf)) {
+        leaf.set_grad(g);
+      } else {
+        Tensor owned = g.dtype() == leaf.dtype() ? g.clone() : g.to(leaf.dtype());
+        leaf.set_grad(owned.contiguous());
+      }
     } else {
       existing.add_(g);
     }
@@ -68,6 +73,20 @@ class AccumulateGrad : public Node {
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 
  private:
+  // The first gradient of a leaf becomes its .grad without a copy when nothing else can see its
+  // memory: `g` is the only handle to its TensorImpl (the engine moved its slot here; a gradient
+  // handed to two slots, a user's grad_output or one kept by a node is shared) and that impl is
+  // the only one over its storage (no view, saved tensor or cached copy aliases it). It must also
+  // look like a fresh tensor of the leaf's shape and dtype: dense from the storage's start, and
+  // free of autograd state.
+  static bool can_adopt(const Tensor& g, const Tensor& leaf) {
+    if (g.impl_ptr().use_count() != 1 || g.storage().use_count() != 1) return false;
+    if (const AutogradMeta* m = g.impl().autograd.get(); m != nullptr && (m->requires_grad || m->grad_fn || m->grad))
+      return false;
+    return g.dtype() == leaf.dtype() && g.device() == leaf.device() && g.shape() == leaf.shape() &&
+           g.storage_offset() == 0 && g.is_contiguous();
+  }
+
   std::shared_ptr<TensorImpl> leaf_;
 };
 

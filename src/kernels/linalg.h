@@ -26,8 +26,22 @@ namespace mixtrain::kernels {
 using MatmulFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
 const DispatchTable<MatmulFn>& matmul_kernel();
 
-// out[j] = sum_i x[i, j] for a 2-D x of any strides; out is 1-D, contiguous, x's dtype. The bias
-// gradient of linear. Accumulation fp32 (fp64 for fp64); independent of the thread count.
+// True when matmuls of `dtype` run on the fp32 route (fp16 always; bf16 where bf16_path() is
+// kFp32): callers that feed one 16-bit operand to several products can widen it once and pass the
+// fp32 copy to matmul_fp32_route.
+bool matmul_uses_fp32_route(DType dtype);
+
+// The fp32 route with mixed operand dtypes: a, b (and bias) may each be fp32, bf16 or fp16; 16-bit
+// operands are widened exactly to fp32, the fp32 kernel runs and the result is rounded once into
+// out's dtype (fp32, bf16 or fp16). Shapes and strides as for MatmulFn. The numerics equal those
+// of the 16-bit kernels whenever every fp32 operand holds exactly widened 16-bit values.
+void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+
+// out[j] = sum_i x[i, j] for a 2-D x of any strides; out is 1-D and contiguous, of x's dtype or --
+// for an fp32 x -- bf16 or fp16 (the fp32 sum rounded once). The bias gradient of linear.
+// Accumulation fp32 (fp64 for fp64), each column summed in row order: results do not depend on
+// the thread count, and an fp32 x of exactly widened 16-bit values gives the same bits as the
+// 16-bit x itself.
 void sum_rows(const Tensor& x, const Tensor& out);
 
 // out (contiguous, same rank and dtype as x, each dim equal to x's or 1) = x summed over the dims

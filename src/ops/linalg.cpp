@@ -2,7 +2,8 @@
 // the kernel's [batch..., rows, cols] form without copying, and the autograd records.
 //
 // Backward formulas (dC the output gradient):  dA = dC @ B^T,  dB = A^T @ dC,  dbias = column sums
-// of dC. The transposes are strided views that the oneDNN kernel reads in place, and the products
+// of dC. On the fp32 route of 16-bit matmuls, linear's backward widens dC once for both products and
+// the bias sum. The transposes are strided views that the oneDNN kernel reads in place, and the products
 // go through the same cached primitives as the forward. A broadcast batch dim of an operand gets
 // the sum of its gradient over that dim; when B is a plain matrix under a batched A (the common
 // x @ W case) the batch is folded into the rows instead, so dB is one GEMM with no reduction.
@@ -209,6 +210,25 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     autograd::record("linear", {x, w, b}, out, [=](const TensorList& grads) {
       Tensor g = to_dtype(grads[0], dt).reshape({rows, out_features});
       TensorList result(3);
+      if (kernels::matmul_uses_fp32_route(dt) && g.numel() > 0) {
+        // The output gradient feeds both products and the bias sum: widen it to fp32 once instead
+        // of once per product (the bias sum of the exact fp32 copy is the same sum).
+        Tensor g32 = g.to(kFloat32);
+        if (need_x) {
+          Tensor gx = Tensor::empty({rows, in}, dt, g.device());
+          kernels::matmul_fp32_route(g32, sw.unpack("linear"), Tensor(), gx);
+          result[0] = gx.reshape(x_shape);
+        }
+        if (need_w) {
+          result[1] = Tensor::empty({out_features, in}, dt, g.device());
+          kernels::matmul_fp32_route(g32.t(), sx.unpack("linear"), Tensor(), result[1]);
+        }
+        if (need_b) {
+          result[2] = Tensor::empty({out_features}, dt, g.device());
+          kernels::sum_rows(g32, result[2]);
+        }
+        return result;
+      }
       if (need_x) result[0] = mm(g, sw.unpack("linear")).reshape(x_shape);
       if (need_w) result[1] = mm(g.t(), sx.unpack("linear"));
       if (need_b) {

@@ -3,8 +3,11 @@
 // against fp32 gradients on the same (representable) values.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/linalg.h"
 #include "ops/test_linalg_util.h"
 
@@ -127,6 +130,34 @@ TEST(LinalgHalfGrads, MatchFp32Gradients) {
       for (const Shape& s : c.shapes) values.push_back(uniform_input(s, kFloat32, seed++));
       expect_grads_match_fp32(c.f, values, dtype);
     }
+  }
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.nbytes()) == 0;
+}
+
+// On the fp32 route linear's backward widens dC once and shares it between both products and the
+// bias sum: the gradients must be the bits that the separate 16-bit products give.
+TEST(LinalgHalfGrads, LinearOnTheFp32RouteEqualsSeparateProducts) {
+  for (DType dt : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(name(dt));
+    Bf16PathGuard guard(Bf16Path::kFp32);
+    ASSERT_TRUE(kernels::matmul_uses_fp32_route(dt));
+    Tensor x = uniform_input({3, 13, 40}, dt, 70).requires_grad_();
+    Tensor w = uniform_input({300, 40}, dt, 71).requires_grad_();
+    Tensor b = uniform_input({300}, dt, 72).requires_grad_();
+    Tensor g = (uniform_input({3, 13, 300}, kFloat32, 73) * 100.0).to(dt);  // sums that round
+    linear(x, w, b).backward(g);
+    Tensor g2 = g.reshape({39, 300});
+    EXPECT_TRUE(same_bits(x.grad(), matmul(g2, w.detach()).reshape({3, 13, 40})));
+    EXPECT_TRUE(same_bits(w.grad(), matmul(g2.t(), x.detach().reshape({39, 40}))));
+    Tensor db = Tensor::empty({300}, dt);
+    kernels::sum_rows(g2, db);
+    EXPECT_TRUE(same_bits(b.grad(), db));
+    EXPECT_CLOSE(b.grad(), ref_matmul(ones({1, 39}, {.dtype = kFloat64}), g2.to(kFloat64)).reshape({300}),
+                 gemm_tol(dt));
   }
 }
 

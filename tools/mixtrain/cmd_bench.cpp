@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/memory.h"
+
 #include "commands.h"
 
 namespace mixtrain::cli {
@@ -65,8 +67,18 @@ int run_bench(const BenchArgs& b) {
   o.timing_warmup_steps = b.warmup;
   o.out_dir.clear();
   o.eval_every_epoch = false;
+  // Allocator counters over the timed steps: snapshots after the last warm-up step and the last step.
+  memory::Stats at_timing_start = memory::stats(), at_end = memory::stats();
+  o.on_step = [&, warmup = b.warmup, last = b.warmup + a.steps](const train::StepInfo& i) {
+    if (i.step == warmup) at_timing_start = memory::stats();
+    if (i.step == last) at_end = memory::stats();
+  };
   train::Trainer trainer(*model, train::adamw(a.lr, a.weight_decay), *data.train, /*eval_data=*/nullptr, o);
   const train::TrainSummary s = trainer.fit();
+  const double steps = static_cast<double>(a.steps);
+  const double allocations_per_step = static_cast<double>(at_end.allocations - at_timing_start.allocations) / steps;
+  const double system_allocations_per_step =
+      static_cast<double>(at_end.system_allocations - at_timing_start.system_allocations) / steps;
 
   if (b.json) {
     const nlohmann::json j = {{"model", a.model},
@@ -85,7 +97,9 @@ int run_bench(const BenchArgs& b) {
                               {"peak_bytes", s.peak_bytes},
                               {"compact_state", s.compact_state},
                               {"model_state_bytes", s.model_state_bytes},
-                              {"model_state_bytes_per_param", s.model_state_bytes_per_param}};
+                              {"model_state_bytes_per_param", s.model_state_bytes_per_param},
+                              {"allocations_per_step", allocations_per_step},
+                              {"system_allocations_per_step", system_allocations_per_step}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -102,6 +116,8 @@ int run_bench(const BenchArgs& b) {
   std::printf("  model state  %s, %.2f bytes per parameter (weights, gradients, masters, optimizer state%s)\n",
               human_bytes(static_cast<double>(s.model_state_bytes)).c_str(), s.model_state_bytes_per_param,
               s.compact_state ? "; compact" : "");
+  std::printf("  allocations  %.1f per step (%.2f from the system allocator)\n", allocations_per_step,
+              system_allocations_per_step);
   return 0;
 }
 

@@ -158,7 +158,8 @@ Tensor squash_expanded(const Tensor& t) {
   return v;
 }
 
-// 16-bit operands widened exactly to fp32, the fp32 primitive, one rounding into `out`.
+// 16-bit operands widened exactly to fp32 (fp32 ones used as they are), the fp32 primitive, one
+// rounding into `out`.
 void run_via_fp32(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
   Tensor a32 = onednn::to_fp32_same_layout(squash_expanded(a));
   Tensor b32 = onednn::to_fp32_same_layout(squash_expanded(b));
@@ -167,6 +168,8 @@ void run_via_fp32(const Tensor& a, const Tensor& b, const Tensor& bias, const Te
   run_onednn(a32, b32, bias32, out32);
   if (!out32.is_same(out)) copy(out, out32);
 }
+
+bool is_route_dtype(DType d) { return d == kFloat32 || d == kBFloat16 || d == kFloat16; }
 
 // Shapes oneDNN refuses (an empty K) or that need no work.
 bool handle_degenerate(const Tensor& a, const Tensor& bias, const Tensor& out) {
@@ -213,6 +216,17 @@ const DispatchTable<MatmulFn>& matmul_kernel() {
     return t;
   }();
   return table;
+}
+
+bool matmul_uses_fp32_route(DType dtype) {
+  return dtype == kFloat16 || (dtype == kBFloat16 && bf16_path() == Bf16Path::kFp32);
+}
+
+void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  MT_INTERNAL_ASSERT(is_route_dtype(a.dtype()) && is_route_dtype(b.dtype()) && is_route_dtype(out.dtype()) &&
+                         (!bias.defined() || is_route_dtype(bias.dtype())),
+                     "matmul_fp32_route: unexpected dtypes ", describe(a), ", ", describe(b), ", ", describe(out));
+  if (!handle_degenerate(a, bias, out)) run_via_fp32(a, b, bias, out);
 }
 
 std::string matmul_impl_info(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out) {
