@@ -54,9 +54,20 @@ TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t num_heads, Transfo
   mlp_ = register_module("mlp", mlp);
 }
 
+// The MLP as built (Linear, exact GELU, Linear) runs its second half as gelu_linear, which keeps
+// one [B, T, hidden] activation for backward instead of two; anything else runs as a Sequential.
 Tensor TransformerBlock::forward(const Tensor& x) {
   Tensor h = x + attn_->forward(ln1_->forward(x));
-  return h + mlp_->forward(ln2_->forward(h));
+  const Tensor u = ln2_->forward(h);
+  const Sequential& mlp = *mlp_;
+  if (mlp.size() == 3) {
+    auto fc1 = std::dynamic_pointer_cast<Linear>(mlp[0]);
+    auto act = std::dynamic_pointer_cast<GELU>(mlp[1]);
+    auto fc2 = std::dynamic_pointer_cast<Linear>(mlp[2]);
+    if (fc1 && fc2 && act && act->extra_repr() == GELU().extra_repr())
+      return h + functional::gelu_linear(fc1->forward(u), fc2->weight(), fc2->bias());
+  }
+  return h + mlp_->forward(u);
 }
 
 // ---------------------------------------------------------------------------------------------

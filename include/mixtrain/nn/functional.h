@@ -89,4 +89,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor qkv_attention(const Tensor& qkv, int64_t num_heads, bool is_causal = false,
                      std::optional<double> scale = std::nullopt);
 
+// linear(gelu(x), weight, bias) (exact erf GELU) with the gradients of the unfused composition,
+// bit for bit, but saving x instead of gelu(x): backward recomputes gelu(x). x [..., in] any
+// floating dtype; weight [out, in]; bias [out] or undefined -> [..., out]. Under autocast gelu runs
+// in x's dtype and the product in the region's 16-bit dtype (policy: lower precision, as linear).
+Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
 }  // namespace mixtrain::nn::functional
