@@ -1,5 +1,5 @@
-// Kernel tables of the nn ops: softmax / log_softmax (and the scaled, causally masked softmax of
-// attention), layer_norm, max/avg pooling and dropout. Every table is keyed by the dtype of the
+// Kernel tables of the nn ops: softmax / log_softmax (optionally scaled and causally masked),
+// fused attention, layer_norm, max/avg pooling and dropout. Every table is keyed by the dtype of the
 // op's floating input (the tensor the gradient flows back to); kernels that also write another
 // floating dtype (softmax with an output dtype) dispatch on it inside.
 //
