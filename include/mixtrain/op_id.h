@@ -16,7 +16,7 @@ namespace mixtrain {
   _(matmul) _(bmm) _(linear) _(softmax) _(log_softmax) _(layer_norm) _(cross_entropy) _(mse_loss) \
   _(binary_cross_entropy) _(binary_cross_entropy_with_logits) _(conv2d) _(max_pool2d)             \
   _(avg_pool2d) _(embedding) _(dropout) _(cat) _(stack) _(index_select)                           \
-  _(scaled_dot_product_attention) _(batch_norm) _(nll_loss)
+  _(scaled_dot_product_attention) _(qkv_attention) _(gelu_linear) _(batch_norm) _(nll_loss)
 
 enum class OpId : uint16_t {
 #define MT_OP_ENUM(name) k_##name,

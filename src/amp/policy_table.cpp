@@ -23,7 +23,9 @@ Rule builtin_rule(OpId op) {
     case OpId::k_bmm:
     case OpId::k_linear:
     case OpId::k_conv2d:
-    case OpId::k_scaled_dot_product_attention: return {CastPolicy::kLowerPrecision};
+    case OpId::k_scaled_dot_product_attention:
+    case OpId::k_qkv_attention:
+    case OpId::k_gelu_linear: return {CastPolicy::kLowerPrecision};
     case OpId::k_exp:
     case OpId::k_log:
     case OpId::k_pow:

@@ -1,5 +1,5 @@
-// Kernel tables of the nn ops: softmax / log_softmax (and the scaled, causally masked softmax of
-// attention), layer_norm, max/avg pooling and dropout. Every table is keyed by the dtype of the
+// Kernel tables of the nn ops: softmax / log_softmax (optionally scaled and causally masked),
+// fused attention, layer_norm, max/avg pooling and dropout. Every table is keyed by the dtype of the
 // op's floating input (the tensor the gradient flows back to); kernels that also write another
 // floating dtype (softmax with an output dtype) dispatch on it inside.
 //
@@ -31,6 +31,30 @@ using SoftmaxFwdFn = void(const Tensor& x, const Tensor& y, const SoftmaxParams&
 using SoftmaxBwdFn = void(const Tensor& gy, const Tensor& y, const Tensor& gx, const SoftmaxParams& p);
 extern DispatchTable<SoftmaxFwdFn> softmax_fwd;
 extern DispatchTable<SoftmaxBwdFn> softmax_bwd;
+
+// ---- fused attention (src/kernels/cpu/nn_attention.cpp): out = softmax(scale * q k^T [causal]) v
+// per (batch, head), without materialising the [T, S] probabilities of more than one query block.
+// Tensors are passed as views whose first element is element (0, 0, 0, 0); element (b, h, t, f) of
+// q sits at q.data_ptr() + b * q_strides[0] + h * q_strides[1] + t * q_strides[2] + f (the feature
+// dim is contiguous), likewise for k, v and out, so q, k and v can be read straight out of a packed
+// [B, T, 3, H, D] projection and out written as [B, T, H, D]. Causal: query t sees keys s <= t
+// (top-left aligned when T != S).
+struct AttentionParams {
+  int64_t batch = 1, heads = 1, T = 0, S = 0, D = 0, Dv = 0;
+  double scale = 1.0;
+  bool causal = false;
+  int64_t q_strides[3] = {}, k_strides[3] = {}, v_strides[3] = {}, o_strides[3] = {};
+};
+// lse: contiguous [batch, heads, T] in the opmath dtype (fp32; fp64 for fp64): the log-sum-exp of
+// each query's scaled scores, all backward needs to recompute the probabilities (-inf when S == 0).
+using AttentionFwdFn = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const AttentionParams& p);
+// gout has out's strides; gq, gk, gv have q's, k's, v's strides (they may be views of one packed
+// gradient). Every element of gq, gk and gv is written.
+using AttentionBwdFn = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, const Tensor& lse,
+                            const Tensor& gq, const Tensor& gk, const Tensor& gv, const AttentionParams& p);
+extern DispatchTable<AttentionFwdFn> attention_fwd;
+extern DispatchTable<AttentionBwdFn> attention_bwd;
 
 // ---- layer_norm (src/kernels/cpu/nn_norm.cpp). x [rows, cols]; weight/bias [cols] of any floating
 // dtype or undefined; mean/rstd [rows] in the opmath dtype (fp32, fp64 for fp64 input).

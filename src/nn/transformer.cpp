@@ -26,12 +26,9 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, Mul
 Tensor MultiheadAttention::forward(const Tensor& x) {
   MT_CHECK(x.dim() == 3 && x.size(2) == embed_dim_, "MultiheadAttention(", embed_dim_, ", ", num_heads_,
            "): expected an input [B, T, ", embed_dim_, "], got ", describe(x));
-  const int64_t B = x.size(0), T = x.size(1), H = num_heads_, D = embed_dim_ / num_heads_;
-  // qkv(x) is [B, T, 3C] = [B, T, 3, H, D]; move the (q|k|v) index first and heads before time.
-  Tensor qkv = qkv_->forward(x).view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
-  Tensor o = functional::scaled_dot_product_attention(qkv.select(0, 0), qkv.select(0, 1), qkv.select(0, 2), causal_);
-  o = o.transpose(1, 2).reshape({B, T, embed_dim_});  // [B, T, H, D] -> [B, T, C]
-  return proj_->forward(o);
+  // qkv(x) is [B, T, 3C] = [B, T, (q|k|v), H, D]; the fused op reads the heads in place and
+  // returns [B, T, C] with heads side by side, the projection's input layout: no copies.
+  return proj_->forward(functional::qkv_attention(qkv_->forward(x), num_heads_, causal_));
 }
 
 std::string MultiheadAttention::extra_repr() const {
@@ -57,9 +54,20 @@ TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t num_heads, Transfo
   mlp_ = register_module("mlp", mlp);
 }
 
+// The MLP as built (Linear, exact GELU, Linear) runs its second half as gelu_linear, which keeps
+// one [B, T, hidden] activation for backward instead of two; anything else runs as a Sequential.
 Tensor TransformerBlock::forward(const Tensor& x) {
   Tensor h = x + attn_->forward(ln1_->forward(x));
-  return h + mlp_->forward(ln2_->forward(h));
+  const Tensor u = ln2_->forward(h);
+  const Sequential& mlp = *mlp_;
+  if (mlp.size() == 3) {
+    auto fc1 = std::dynamic_pointer_cast<Linear>(mlp[0]);
+    auto act = std::dynamic_pointer_cast<GELU>(mlp[1]);
+    auto fc2 = std::dynamic_pointer_cast<Linear>(mlp[2]);
+    if (fc1 && fc2 && act && act->extra_repr() == GELU().extra_repr())
+      return h + functional::gelu_linear(fc1->forward(u), fc2->weight(), fc2->bias());
+  }
+  return h + mlp_->forward(u);
 }
 
 // ---------------------------------------------------------------------------------------------

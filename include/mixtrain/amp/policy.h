@@ -2,7 +2,8 @@
 //
 // One table serves every device (PyTorch's CUDA lists are the model), so a model gets the same
 // numerics on CPU and GPU:
-//   lower precision: matmul, bmm, linear, conv2d, scaled_dot_product_attention
+//   lower precision: matmul, bmm, linear, conv2d, scaled_dot_product_attention, qkv_attention,
+//                    gelu_linear
 //   fp32:            exp, log, pow, sum, mean, softmax, log_softmax, layer_norm and every loss
 //   promote:         add, sub, mul, div, where, cat, stack (widest input dtype wins)
 //   unlisted:        everything else runs in its input dtype (relu, gelu, pooling, views, ...)

@@ -24,8 +24,9 @@ struct MultiheadAttentionOptions {
 // That is exactly the layout of PyTorch's nn.MultiheadAttention, so the PyTorch names map as
 //   qkv.weight <-> in_proj_weight, qkv.bias <-> in_proj_bias,
 //   proj.weight <-> out_proj.weight, proj.bias <-> out_proj.bias   (no transposes; docs/nn.md).
-// The attention itself is nn::functional::scaled_dot_product_attention (16-bit matmuls under
-// autocast, fp32 softmax).
+// The attention itself is nn::functional::qkv_attention on the packed qkv(x): one fused kernel
+// that reads the heads in place (16-bit inputs under autocast, fp32 scores and softmax, the output
+// rounded once) and returns [B, T, C] for proj.
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions opts = {});

@@ -71,10 +71,28 @@ Tensor embedding(const Tensor& indices, const Tensor& weight);
 // drawn from the generator (seeded, independent of the thread count).
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
 
-// q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] -> [B, H, T, Dv]; softmax(q k^T * scale) v with
-// scale 1/sqrt(D) unless given; `is_causal` masks keys after each query position. Matmuls run
-// through linalg (16-bit under autocast); the softmax accumulates in fp32.
+// q [..., T, D], k [..., S, D], v [..., S, Dv] (equal batch dims, e.g. [B, H, ., .]) -> [..., T, Dv];
+// softmax(q k^T * scale) v with scale 1/sqrt(D) unless given; `is_causal` masks keys after each
+// query position (key s is seen by query t when s <= t, also when T != S). One fused kernel: 16-bit
+// inputs (lower precision under autocast) are widened to fp32, scores, probabilities and products
+// accumulate in fp32 and the output is rounded once. Saves q, k, v and an fp32 log-sum-exp per
+// query; backward recomputes the probabilities, so no [T, S] tensor is kept.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
+
+// Multi-head self-attention on a packed projection: qkv [..., T, 3 * C] whose last dim is
+// (q | k | v) x num_heads x head_dim (what Linear(C, 3C) produces) -> [..., T, C] with the heads side
+// by side (the layout an output projection takes). The same as splitting qkv into q, k, v of shape
+// [..., H, T, D] and running scaled_dot_product_attention, then moving heads back next to features,
+// but q, k and v are read in place, the output is written in place, and the gradient is one packed
+// tensor. Same numerics and autocast policy (lower precision) as scaled_dot_product_attention.
+Tensor qkv_attention(const Tensor& qkv, int64_t num_heads, bool is_causal = false,
+                     std::optional<double> scale = std::nullopt);
+
+// linear(gelu(x), weight, bias) (exact erf GELU) with the gradients of the unfused composition,
+// bit for bit, but saving x instead of gelu(x): backward recomputes gelu(x). x [..., in] any
+// floating dtype; weight [out, in]; bias [out] or undefined -> [..., out]. Under autocast gelu runs
+// in x's dtype and the product in the region's 16-bit dtype (policy: lower precision, as linear).
+Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 }  // namespace mixtrain::nn::functional

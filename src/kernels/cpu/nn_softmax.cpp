@@ -1,5 +1,6 @@
-// CPU softmax / log_softmax, forward and backward, over any dim; also the scaled, causally masked
-// softmax of scaled_dot_product_attention.
+// CPU softmax / log_softmax, forward and backward, over any dim; also a scaled, causally masked
+// softmax (SoftmaxParams). Attention no longer goes through it: scaled_dot_product_attention and
+// qkv_attention have their own fused kernels (nn_attention.cpp).
 //
 // Accumulation: fp32 (fp64 when the input or output is fp64). 16-bit rows are widened to fp32 once,
 // the max, the exp-sum and the outputs are computed in fp32, and the result is rounded once when

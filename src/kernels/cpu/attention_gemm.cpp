@@ -1,0 +1,174 @@
+// Small dense products for the fused attention kernels (see attention_gemm.h).
+//
+// Accumulation: fp32 for float, fp64 for double; each C element sums its k terms in increasing k.
+#include "kernels/cpu/attention_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/elementwise.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MT_ATTN_HAVE_AVX512 1
+#else
+#define MT_ATTN_HAVE_AVX512 0
+#endif
+
+namespace mixtrain::kernels::attn {
+namespace {
+
+std::atomic<bool> g_force_generic{false};
+
+// k range [begin, end) of the terms that can be non-zero for rows [i0, i1) of C.
+struct KRange {
+  int64_t begin, end;
+};
+inline KRange k_range(const Band& band, int64_t K, int64_t i0, int64_t i1) {
+  const int64_t b = band.k_lo == kOff ? 0 : std::max<int64_t>(0, i0 + band.k_lo);
+  const int64_t e = band.k_hi == kOff ? K : std::min<int64_t>(K, i1 - 1 + band.k_hi + 1);
+  return {b, std::max(b, e)};
+}
+
+// Columns [0, n) of C needed by rows [i0, i1).
+inline int64_t n_limit(const Band& band, int64_t N, int64_t i1) {
+  return band.n_hi == kOff ? N : std::clamp<int64_t>(i1 - 1 + band.n_hi + 1, 0, N);
+}
+
+template <typename F>
+void gemm_generic(int64_t M, int64_t N, int64_t K, const F* A, int64_t rsa, int64_t csa, const F* B, int64_t ldb,
+                  F* C, int64_t ldc, bool accumulate, const Band& band) {
+  for (int64_t i = 0; i < M; ++i) {
+    F* c = C + i * ldc;
+    const int64_t n = n_limit(band, N, i + 1);
+    if (!accumulate) std::fill(c, c + n, F(0));
+    const KRange kr = k_range(band, K, i, i + 1);
+    for (int64_t k = kr.begin; k < kr.end; ++k) {
+      const F a = A[i * rsa + k * csa];
+      const F* b = B + k * ldb;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) c[j] += a * b[j];
+    }
+  }
+}
+
+#if MT_ATTN_HAVE_AVX512
+
+#define MT_ATTN_TARGET __attribute__((target("avx512f,fma")))
+
+constexpr int kMr = 6;  // rows of C per register tile
+constexpr int kNv = 4;  // 16-float vectors of C per tile row (64 columns)
+
+// C[0:MR, 0:16*NV] (+)= A[0:MR, k0:k1] @ B[k0:k1, 0:16*NV]; the last vector of each row is masked.
+template <int MR, int NV>
+MT_ATTN_TARGET void tile(int64_t k0, int64_t k1, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
+                         float* C, int64_t ldc, bool accumulate, __mmask16 last) {
+  __m512 c[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (!accumulate) {
+        c[i][v] = _mm512_setzero_ps();
+      } else if (v == NV - 1) {
+        c[i][v] = _mm512_maskz_loadu_ps(last, C + i * ldc + 16 * v);
+      } else {
+        c[i][v] = _mm512_loadu_ps(C + i * ldc + 16 * v);
+      }
+    }
+  }
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* b = B + k * ldb;
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, b + 16 * v) : _mm512_loadu_ps(b + 16 * v);
+    const float* a = A + k * csa;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(a[i * rsa]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) c[i][v] = _mm512_fmadd_ps(av, bv[v], c[i][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (v == NV - 1) {
+        _mm512_mask_storeu_ps(C + i * ldc + 16 * v, last, c[i][v]);
+      } else {
+        _mm512_storeu_ps(C + i * ldc + 16 * v, c[i][v]);
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool,
+                        __mmask16);
+
+template <int MR>
+constexpr TileFn tile_for(int nv) {
+  switch (nv) {
+    case 1: return &tile<MR, 1>;
+    case 2: return &tile<MR, 2>;
+    case 3: return &tile<MR, 3>;
+    default: return &tile<MR, 4>;
+  }
+}
+
+TileFn tile_fn(int mr, int nv) {
+  switch (mr) {
+    case 1: return tile_for<1>(nv);
+    case 2: return tile_for<2>(nv);
+    case 3: return tile_for<3>(nv);
+    case 4: return tile_for<4>(nv);
+    case 5: return tile_for<5>(nv);
+    default: return tile_for<6>(nv);
+  }
+}
+
+void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B,
+                 int64_t ldb, float* C, int64_t ldc, bool accumulate, const Band& band) {
+  for (int64_t j0 = 0; j0 < N; j0 += 16 * kNv) {
+    const int64_t nb = std::min<int64_t>(16 * kNv, N - j0);
+    const int nv = static_cast<int>((nb + 15) / 16);
+    const int rem = static_cast<int>(nb % 16);
+    const __mmask16 last = rem == 0 ? __mmask16(0xFFFF) : __mmask16((1u << rem) - 1);
+    for (int64_t i0 = 0; i0 < M; i0 += kMr) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMr, M - i0));
+      if (n_limit(band, N, i0 + mr) <= j0) continue;  // no needed column in this tile
+      const KRange kr = k_range(band, K, i0, i0 + mr);
+      float* c = C + i0 * ldc + j0;
+      if (kr.end <= kr.begin) {
+        if (!accumulate)
+          for (int i = 0; i < mr; ++i) std::fill(c + i * ldc, c + i * ldc + nb, 0.0f);
+        continue;
+      }
+      tile_fn(mr, nv)(kr.begin, kr.end, A + i0 * rsa, rsa, csa, B + j0, ldb, c, ldc, accumulate, last);
+    }
+  }
+}
+
+#endif  // MT_ATTN_HAVE_AVX512
+
+}  // namespace
+
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
+          float* C, int64_t ldc, bool accumulate, const Band& band) {
+#if MT_ATTN_HAVE_AVX512
+  static const bool have_avx512 = cpu_supports_isa(CpuIsa::kAvx512);
+  if (have_avx512 && !g_force_generic.load(std::memory_order_relaxed))
+    return gemm_avx512(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
+#endif
+  gemm_generic(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t rsa, int64_t csa, const double* B, int64_t ldb,
+          double* C, int64_t ldc, bool accumulate, const Band& band) {
+  gemm_generic(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
+}
+
+bool set_gemm_force_generic(bool force) { return g_force_generic.exchange(force); }
+
+}  // namespace mixtrain::kernels::attn

@@ -1,0 +1,217 @@
+// CPU fused attention, forward and backward (the kernels behind scaled_dot_product_attention and
+// qkv_attention; tables in src/kernels/nn.h).
+//
+// Accumulation: fp32 (fp64 for fp64 input). Per (batch, head) the k and v rows are widened once to
+// fp32 scratch (k also transposed), then queries are processed in blocks of kQueryBlock rows:
+//   forward:  S = q k^T;  P = softmax(scale * S) per row (causal: keys s <= t only; the rest 0);
+//             out = P v, rounded once; lse = max + log(sum) saved per query.
+//   backward: P = exp(scale * S - lse) recomputed;  dP = dout v^T;  dS = scale * P * (dP - rowsum(P dP));
+//             dq = dS k;  dk += dS^T q;  dv += P^T dout (fp32 across query blocks, rounded once).
+// Scores and probabilities never leave per-thread scratch ([kQueryBlock, S] floats) and are never
+// rounded to 16 bits, so 16-bit inputs get one rounding, on the output. Causal blocks skip the
+// tiles above the diagonal. One thread owns a (batch, head) from start to end and sums in a fixed
+// order, so results do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/attention_gemm.h"
+#include "kernels/cpu/nn_vec.h"
+#include "kernels/nn.h"
+
+namespace mixtrain::kernels {
+
+DispatchTable<AttentionFwdFn> attention_fwd("scaled_dot_product_attention");
+DispatchTable<AttentionBwdFn> attention_bwd("scaled_dot_product_attention_backward");
+
+namespace {
+
+using attn::Band;
+using attn::kOff;
+
+// Query rows per block: a [64, S] fp32 score block stays in L2 for S up to a few thousand.
+constexpr int64_t kQueryBlock = 64;
+
+// src[0, n) widened (exactly) into dst.
+template <typename F, typename T>
+void widen(const T* src, F* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, F>) {
+    std::copy(src, src + n, dst);
+  } else {
+    nnvec::load_row(src, dst, n);  // writes dst when T != F
+  }
+}
+
+// src[0, n) rounded once into dst.
+template <typename F, typename T>
+void narrow(const F* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, F>) {
+    std::copy(src, src + n, dst);
+  } else {
+    nnvec::store_row(src, dst, n);
+  }
+}
+
+// A per-thread scratch area of n values.
+template <typename F>
+F* scratch_area(int64_t n) {
+  thread_local std::vector<F> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
+// Base pointer of (b, h) in a tensor with (batch, head, time) strides st.
+template <typename T>
+T* head_ptr(const Tensor& t, const int64_t* st, int64_t b, int64_t h) {
+  return t.data_ptr<T>() + b * st[0] + h * st[1];
+}
+
+// (batch, head) pairs per parallel task: at least ~2^18 multiply-adds each, so that tiny problems
+// (gradient checks, short sequences) do not pay for a parallel region.
+inline int64_t head_grain(const AttentionParams& p) {
+  const int64_t work = std::max<int64_t>(1, p.T * p.S * (p.D + p.Dv));
+  return std::max<int64_t>(1, (int64_t{1} << 18) / work);
+}
+
+// Keys query t (0-based) attends to.
+inline int64_t keys_for(const AttentionParams& p, int64_t t) { return p.causal ? std::min(p.S, t + 1) : p.S; }
+
+// Loads the S rows of x (row stride `st`, width n) as fp32 rows [S, n] (rows) and/or transposed [n, S] (cols).
+template <typename F, typename T>
+void load_rows(const T* x, int64_t st, int64_t S, int64_t n, F* rows, F* cols, F* tmp) {
+  for (int64_t j = 0; j < S; ++j) {
+    F* r = rows ? rows + j * n : tmp;
+    widen(x + j * st, r, n);
+    if (cols)
+      for (int64_t f = 0; f < n; ++f) cols[f * S + j] = r[f];
+  }
+}
+
+template <typename T>
+struct AttentionFwd {
+  static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                  const AttentionParams& p) {
+    using F = opmath_t<T>;
+    const int64_t T_ = p.T, S = p.S, D = p.D, Dv = p.Dv, Bq = std::min(kQueryBlock, T_);
+    if (p.batch * p.heads == 0 || T_ == 0) return;
+    F* lse_all = lse.data_ptr<F>();
+    const F scale = static_cast<F>(p.scale);
+    parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
+      F* Kt = scratch_area<F>(D * S + S * Dv + Bq * D + Bq * S + Bq * Dv + std::max(D, Dv));
+      F* Vs = Kt + D * S;
+      F* Qb = Vs + S * Dv;
+      F* Sb = Qb + Bq * D;
+      F* Ob = Sb + Bq * S;
+      F* tmp = Ob + Bq * Dv;
+      for (int64_t bh = begin; bh < end; ++bh) {
+        const int64_t b = bh / p.heads, h = bh % p.heads;
+        const T* qp = head_ptr<T>(q, p.q_strides, b, h);
+        T* op = head_ptr<T>(out, p.o_strides, b, h);
+        F* lse_row = lse_all + bh * T_;
+        load_rows<F>(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, static_cast<F*>(nullptr), Kt, tmp);
+        load_rows<F>(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs, static_cast<F*>(nullptr), tmp);
+        for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
+          const int64_t rows = std::min(Bq, T_ - t0);
+          const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;  // keys any row of the block sees
+          for (int64_t i = 0; i < rows; ++i) widen(qp + (t0 + i) * p.q_strides[2], Qb + i * D, D);
+          attn::gemm(rows, s_eff, D, Qb, D, 1, Kt, S, Sb, s_eff, false, Band{.n_hi = p.causal ? t0 : kOff});
+          for (int64_t i = 0; i < rows; ++i) {
+            F* row = Sb + i * s_eff;
+            const int64_t len = keys_for(p, t0 + i);
+            if (len == 0) {
+              lse_row[t0 + i] = -std::numeric_limits<F>::infinity();
+              continue;
+            }
+            nnvec::affine(row, scale, F(0), row, len);
+            const F m = nnvec::max(row, len);
+            const F z = nnvec::exp_sum(row, m, row, len);
+            nnvec::affine(row, F(1) / z, F(0), row, len);
+            std::fill(row + len, row + s_eff, F(0));
+            lse_row[t0 + i] = m + std::log(z);
+          }
+          attn::gemm(rows, Dv, s_eff, Sb, s_eff, 1, Vs, Dv, Ob, Dv, false, Band{.k_hi = p.causal ? t0 : kOff});
+          for (int64_t i = 0; i < rows; ++i) narrow(Ob + i * Dv, op + (t0 + i) * p.o_strides[2], Dv);
+        }
+      }
+    });
+  }
+};
+
+template <typename T>
+struct AttentionBwd {
+  static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, const Tensor& lse,
+                  const Tensor& gq, const Tensor& gk, const Tensor& gv, const AttentionParams& p) {
+    using F = opmath_t<T>;
+    const int64_t T_ = p.T, S = p.S, D = p.D, Dv = p.Dv, Bq = std::max<int64_t>(1, std::min(kQueryBlock, T_));
+    if (p.batch * p.heads == 0) return;
+    const F* lse_all = lse.data_ptr<F>();
+    const F scale = static_cast<F>(p.scale);
+    parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
+      F* Ks = scratch_area<F>(2 * S * D + 2 * S * Dv + S * D + 2 * Bq * D + Bq * Dv + 2 * Bq * S + std::max(D, Dv));
+      F* Kt = Ks + S * D;
+      F* Vt = Kt + S * D;
+      F* dK = Vt + S * Dv;
+      F* dV = dK + S * D;
+      F* Qb = dV + S * Dv;
+      F* dQb = Qb + Bq * D;
+      F* dOb = dQb + Bq * D;
+      F* Pb = dOb + Bq * Dv;
+      F* dSb = Pb + Bq * S;
+      F* tmp = dSb + Bq * S;
+      for (int64_t bh = begin; bh < end; ++bh) {
+        const int64_t b = bh / p.heads, h = bh % p.heads;
+        const T* qp = head_ptr<T>(q, p.q_strides, b, h);
+        const T* gop = head_ptr<T>(gout, p.o_strides, b, h);
+        T* gqp = head_ptr<T>(gq, p.q_strides, b, h);
+        const F* lse_row = lse_all + bh * T_;
+        load_rows<F>(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks, Kt, tmp);
+        load_rows<F>(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, static_cast<F*>(nullptr), Vt, tmp);
+        std::fill(dK, dK + S * D + S * Dv, F(0));  // dK and dV
+        for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
+          const int64_t rows = std::min(Bq, T_ - t0);
+          const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;
+          for (int64_t i = 0; i < rows; ++i) {
+            widen(qp + (t0 + i) * p.q_strides[2], Qb + i * D, D);
+            widen(gop + (t0 + i) * p.o_strides[2], dOb + i * Dv, Dv);
+          }
+          const Band cols{.n_hi = p.causal ? t0 : kOff};
+          attn::gemm(rows, s_eff, D, Qb, D, 1, Kt, S, Pb, s_eff, false, cols);       // scores
+          attn::gemm(rows, s_eff, Dv, dOb, Dv, 1, Vt, S, dSb, s_eff, false, cols);   // dP
+          for (int64_t i = 0; i < rows; ++i) {
+            F* pr = Pb + i * s_eff;
+            F* dr = dSb + i * s_eff;
+            const int64_t len = keys_for(p, t0 + i);
+            nnvec::affine(pr, scale, -lse_row[t0 + i], pr, len);
+            nnvec::exp_sum(pr, F(0), pr, len);
+            const F delta = nnvec::dot(pr, dr, len);
+            nnvec::softmax_bwd(pr, dr, delta, scale, dr, len);
+            std::fill(pr + len, pr + s_eff, F(0));
+            std::fill(dr + len, dr + s_eff, F(0));
+          }
+          attn::gemm(rows, D, s_eff, dSb, s_eff, 1, Ks, D, dQb, D, false, Band{.k_hi = p.causal ? t0 : kOff});
+          for (int64_t i = 0; i < rows; ++i) narrow(dQb + i * D, gqp + (t0 + i) * p.q_strides[2], D);
+          // Key row j collects query rows i with t0 + i >= j.
+          const Band keys{.k_lo = p.causal ? -t0 : kOff};
+          attn::gemm(s_eff, D, rows, dSb, 1, s_eff, Qb, D, dK, D, true, keys);
+          attn::gemm(s_eff, Dv, rows, Pb, 1, s_eff, dOb, Dv, dV, Dv, true, keys);
+        }
+        T* gkp = head_ptr<T>(gk, p.k_strides, b, h);
+        T* gvp = head_ptr<T>(gv, p.v_strides, b, h);
+        for (int64_t j = 0; j < S; ++j) {
+          narrow(dK + j * D, gkp + j * p.k_strides[2], D);
+          narrow(dV + j * Dv, gvp + j * p.v_strides[2], Dv);
+        }
+      }
+    });
+  }
+};
+
+[[maybe_unused]] const bool registered = [] {
+  register_floating<AttentionFwd>(attention_fwd, kCPU);
+  register_floating<AttentionBwd>(attention_bwd, kCPU);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mixtrain::kernels

@@ -1,0 +1,72 @@
+// gelu_linear(x, w, b) = linear(gelu(x), w, b), the second half of a Transformer MLP, saving x
+// instead of gelu(x): backward recomputes gelu(x) (bit-identical: same kernel, same input), so
+// the [rows, hidden] activation is kept once instead of twice at the cost of one extra gelu pass.
+//
+// Numerics and autocast follow the unfused composition exactly: gelu runs in x's dtype (its own
+// input-dtype policy), then the gelu_linear policy (lower precision, like linear) casts gelu(x), w
+// and b; the products run through the same matmul kernels as linear's forward and backward, and the
+// bias gradient through the same column sum. Accumulation: fp32 (fp64 for fp64), 16-bit results
+// rounded once.
+#include "kernels/elementwise.h"
+#include "kernels/linalg.h"
+#include "mixtrain/autograd.h"
+#include "mixtrain/nn/functional.h"
+#include "mixtrain/ops/linalg.h"
+#include "ops/autocast_hook.h"
+
+namespace mixtrain::nn::functional {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
+  MT_CHECK(x_.defined() && x_.is_floating_point() && x_.dim() >= 1, "gelu_linear: expected a floating-point input [..., in], got ",
+           x_.defined() ? describe(x_) : std::string("an undefined tensor"));
+  MT_CHECK(w_.defined() && w_.dim() == 2 && w_.size(1) == x_.size(-1), "gelu_linear: expected a weight [out, ",
+           x_.size(-1), "] for the input ", describe(x_), ", got ", w_.defined() ? describe(w_) : std::string("none"));
+  Tensor h;
+  {
+    NoGradGuard no_grad;
+    h = gelu(x_.detach());
+  }
+  Tensor w = w_, b = b_;
+  auto region = ops::autocast(OpId::k_gelu_linear, {&h, &w, &b});
+  Tensor y;
+  {
+    NoGradGuard no_grad;  // linear checks w and b and names itself in errors
+    y = linear(h, w.detach(), b.defined() ? b.detach() : b);
+  }
+  const Tensor& x = x_;
+  if (!autograd::needs_grad({&x, &w, &b})) return y;
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
+  const int64_t in = w.size(1), out = w.size(0);
+  int64_t rows = 1;
+  for (int d = 0; d < x.dim() - 1; ++d) rows *= x.size(d);
+  autograd::record(
+      "gelu_linear", {x, w, b}, y,
+      [sx = SavedTensor(x.detach()), sw = SavedTensor(w.detach()), hd = h.dtype(), need_x, need_w, need_b, in, out,
+       rows, x_shape = x.shape()](const TensorList& grads) {
+        const Tensor xv = sx.unpack("gelu_linear"), wv = sw.unpack("gelu_linear");
+        const Tensor g = grads[0].to(hd).reshape({rows, out});
+        TensorList result(3);
+        if (need_w) {
+          const Tensor hv = gelu(xv).to(hd);  // the forward's gelu(x), cast as the forward cast it
+          result[1] = matmul(g.t(), hv.reshape({rows, in}));
+        }
+        if (need_b) {
+          result[2] = Tensor::empty({out}, hd, g.device());
+          kernels::sum_rows(g, result[2]);
+        }
+        if (need_x) {
+          const Tensor gh = matmul(g, wv).to(xv.dtype()).reshape(x_shape);
+          Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+          kernels::unary_backward_kernel(kernels::UnaryOp::k_gelu)(xv.device(), xv.dtype())(gx, gh.contiguous(),
+                                                                                          xv.contiguous(), {});
+          result[0] = gx;
+        }
+        return result;
+      });
+  return y;
+}
+
+}  // namespace mixtrain::nn::functional
