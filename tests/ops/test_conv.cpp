@@ -3,6 +3,7 @@
 // batches and batch chunks (a last, shorter chunk too), gradients of some inputs only, fp64
 // finite-difference checks, 16-bit gradients against fp32 ones, and error messages.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "kernels/conv.h"
 #include "mixtrain/autograd.h"
@@ -119,6 +120,31 @@ TEST(Conv2d, BatchChunksAgainstReference) {
         check_against_reference(c, m, /*with_bias=*/true);
       }
     }
+  }
+}
+
+TEST(Conv2d, ChunksOnThreadsGiveTheSameBitsForAnyThreadCount) {
+  // Eight one-image chunks: with two threads each thread takes whole chunks; the weight gradient
+  // sums the chunks in chunk order either way.
+  ChunkBytesGuard chunks(1);
+  ConvCase c = kCases[0];
+  c.x[0] = 8;
+  for (DType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(name(dt));
+    auto grads = [&](int threads) {
+      const int previous = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      Tensor x = uniform_input(c.x, dt, 1).requires_grad_();
+      Tensor w = uniform_input(c.w, dt, 2).requires_grad_();
+      Tensor b = uniform_input({c.w[0]}, dt, 3).requires_grad_();
+      Tensor y = F::conv2d(x, w, b, c.o);
+      y.backward(uniform_input(y.shape(), dt, 4));
+      omp_set_num_threads(previous);
+      return std::vector<Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
+    };
+    const std::vector<Tensor> one = grads(1), two = grads(2);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(one[i].to(kFloat64).to_vector<double>(), two[i].to(kFloat64).to_vector<double>()) << "output " << i;
   }
 }
 

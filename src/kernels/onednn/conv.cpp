@@ -21,12 +21,18 @@
 // image on its own; backward-weights sums the chunks' fp32 weight gradients in chunk order, and the
 // chunk size depends only on the shapes, never on the thread count. Backward runs backward-weights
 // and backward-data chunk by chunk together, so gy is converted and reordered once for both.
+// With at least two chunks per thread, each thread takes whole chunks (primitives created for one
+// thread): one parallel region per call instead of several synchronisations per chunk, which kept
+// the threads waiting on each other; every chunk then computes the same bits for any thread count.
 //
 // 16-bit operands on the fp32 route are widened with mixtrain's converters (exact) into a plain fp32
 // chunk and then reordered, and outputs narrowed the same way: oneDNN 2.6's own f16 reorders are
 // reference loops (100x slower here) and its bf16 ones slower than convert + fp32 reorder.
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -54,6 +60,7 @@ struct ConvKey {
   int64_t sh, sw, ph, pw, dh, dw, groups;
   int64_t dt;       // compute dtype of x, w, y and their gradients
   int64_t bias_dt;  // -1: no bias; forward: the bias's compute dtype (gradients are always f32)
+  int64_t single_thread;  // 1: for one thread of a parallel region (run() by chunks), 0: all threads
 };
 
 // What an argument holds: a batch slice (one chunk of x, y, gx or gy), or a parameter-sized input
@@ -108,7 +115,25 @@ ConvArg make_arg(int arg, Role role, const memory::desc& plain_md, const memory:
   return a;
 }
 
+// oneDNN sizes its kernels (thread decomposition, barriers, scratchpads) for the thread count in
+// effect when a primitive is created; one that runs inside a parallel region must be created for
+// one thread.
+class CreationThreads {
+ public:
+  explicit CreationThreads(bool single) : previous_(omp_get_max_threads()), single_(single) {
+    if (single_) omp_set_num_threads(1);
+  }
+  ~CreationThreads() {
+    if (single_) omp_set_num_threads(previous_);
+  }
+
+ private:
+  int previous_;
+  bool single_;
+};
+
 EntryPtr create(const ConvKey& k) {
+  CreationThreads threads(k.single_thread == 1);
   const auto dt = static_cast<memory::data_type>(k.dt);
   const auto f32 = memory::data_type::f32;
   const memory::dims src_dims{k.N, k.C, k.H, k.W}, dst_dims{k.N, k.O, k.Ho, k.Wo};
@@ -231,14 +256,17 @@ const Tensor& scratch(Tensor& buf, const Shape& shape, DType dtype) {
 struct Job {
   ConvKey key;
   std::vector<const Tensor*> tensors;
-  EntryPtr entry;  // of the current chunk
   struct Buffers {
     Tensor stage;  // the plain tensor in the primitive's dtype, when the user tensor has another dtype
     Tensor prim;   // bytes in the primitive's layout, when it is not the plain one
-    Tensor acc;    // kParamOut: the fp32 plain accumulator (the user tensor itself when it is fp32)
   };
-  std::vector<Buffers> bufs;
-  std::unordered_map<int, memory> args;
+  // Set by run(): the entries of a full chunk (full_n images) and of the last chunk (the same
+  // entry when it is full too), their prepared parameter inputs, and per parameter-gradient
+  // argument the fp32 partial sums [chunks, numel] of every chunk.
+  int64_t full_n = 0;
+  EntryPtr entry, last_entry;
+  std::unordered_map<int, memory> params, last_params;
+  std::vector<Tensor> partials;
 };
 
 DType plain_dtype(const ConvArg& a) {
@@ -314,75 +342,131 @@ void finish_output(const ConvArg& a, const memory& written, const Tensor& t, Job
   if (convert) copy(t, b.stage);
 }
 
-// Runs `jobs` (primitives over the same batch) chunk by chunk: in each chunk every job in turn, a
-// batch input given to several jobs (the same tensor) converted and reordered once.
-void run(std::vector<Job>& jobs) {
-  const int64_t N = jobs[0].key.N, per = images_per_chunk(jobs[0].key);
+// The state of one thread running chunks: per job and argument its buffers, and its shared inputs.
+struct ChunkState {
+  std::vector<std::vector<Job::Buffers>> bufs;  // [job][arg]
+  std::vector<std::unordered_map<int, memory>> args;  // [job]
   std::vector<SharedInput> shared;
-  for (Job& j : jobs) {
-    j.bufs.resize(j.tensors.size());
-    for (const Tensor* t : j.tensors)
-      if (std::none_of(shared.begin(), shared.end(), [&](const SharedInput& s) { return s.user == t; })) {
-        shared.emplace_back().user = t;
-      }
+};
+
+// Runs chunk [n0, n0 + n) of every job in turn with `st`'s buffers; parameter inputs come from
+// `params` (prepared once per entry), parameter-gradient partial sums of chunk c go to row c of
+// each job's partials.
+void run_chunk(std::vector<Job>& jobs, int64_t c, int64_t n0, int64_t n, ChunkState& st) {
+  for (SharedInput& s : st.shared) {
+    s.staged = false;
+    for (auto& l : s.laid) l.valid = false;
   }
   auto shared_of = [&](const Tensor* t) -> SharedInput* {
-    for (SharedInput& s : shared)
+    for (SharedInput& s : st.shared)
       if (s.user == t) return &s;
     return nullptr;
   };
-  for (int64_t n0 = 0; n0 < N; n0 += per) {
-    const int64_t n = std::min(per, N - n0);
-    for (SharedInput& s : shared) {
-      s.staged = false;
-      for (auto& l : s.laid) l.valid = false;
+  for (size_t ji = 0; ji < jobs.size(); ++ji) {
+    Job& j = jobs[ji];
+    const bool last = n != j.full_n;
+    const ConvEntry& e = last ? *j.last_entry : *j.entry;
+    std::unordered_map<int, memory>& args = st.args[ji];
+    args = last ? j.last_params : j.params;
+    for (size_t i = 0; i < e.args.size(); ++i) {
+      const ConvArg& a = e.args[i];
+      const Tensor& t = *j.tensors[i];
+      Job::Buffers& b = st.bufs[ji][i];
+      if (a.role == Role::kBatchIn) args[a.arg] = prepare_input(a, t.narrow(0, n0, n), b, shared_of(&t));
+      if (a.role == Role::kBatchOut) args[a.arg] = prepare_output(a, t.narrow(0, n0, n), b);
+      if (a.role == Role::kParamOut)
+        args[a.arg] = memory(a.prim_md, onednn::engine(), scratch(b.prim, a.prim_md.get_size()));
     }
-    for (Job& j : jobs) {
-      ConvKey key = j.key;
-      key.N = n;
-      EntryPtr e = cache().get(key, [&] { return create(key); });
-      MT_INTERNAL_ASSERT(j.tensors.size() == e->args.size());
-      // Parameter inputs are converted and reordered once per entry (a last, shorter chunk may
-      // have its own entry, with its own layouts).
-      const bool new_entry = e != j.entry;
-      j.entry = e;
-      for (size_t i = 0; i < e->args.size(); ++i) {
-        const ConvArg& a = e->args[i];
-        const Tensor& t = *j.tensors[i];
-        Job::Buffers& b = j.bufs[i];
-        switch (a.role) {
-          case Role::kBatchIn: j.args[a.arg] = prepare_input(a, t.narrow(0, n0, n), b, shared_of(&t)); break;
-          case Role::kParamIn:
-            if (new_entry) j.args[a.arg] = prepare_input(a, t, b, nullptr);
-            break;
-          case Role::kBatchOut: j.args[a.arg] = prepare_output(a, t.narrow(0, n0, n), b); break;
-          case Role::kParamOut:
-            if (!b.acc.defined()) {
-              b.acc = t.dtype() == kFloat32 ? t : Tensor::empty(t.shape(), kFloat32);
-              fill(b.acc, 0.0);
-            }
-            j.args[a.arg] = memory(a.prim_md, onednn::engine(), scratch(b.prim, a.prim_md.get_size()));
-            break;
-        }
-      }
-      onednn::execute(e->prim, e->pd, j.args);
-      for (size_t i = 0; i < e->args.size(); ++i) {
-        const ConvArg& a = e->args[i];
-        if (a.role == Role::kBatchOut) finish_output(a, j.args[a.arg], j.tensors[i]->narrow(0, n0, n), j.bufs[i]);
-        if (a.role == Role::kParamOut) {
-          std::unordered_map<int, memory> r{
-              {DNNL_ARG_FROM, j.args[a.arg]},
-              {DNNL_ARG_TO, memory(a.plain_md, onednn::engine(), j.bufs[i].acc.raw_data())}};
-          onednn::execute(*a.accumulate, a.accumulate_pd, r);
-        }
+    onednn::execute(e.prim, e.pd, args);
+    for (size_t i = 0; i < e.args.size(); ++i) {
+      const ConvArg& a = e.args[i];
+      if (a.role == Role::kBatchOut) finish_output(a, args[a.arg], j.tensors[i]->narrow(0, n0, n), st.bufs[ji][i]);
+      if (a.role == Role::kParamOut) {
+        const Tensor row = j.partials[i].select(0, c);
+        fill(row, 0.0);
+        std::unordered_map<int, memory> r{{DNNL_ARG_FROM, args[a.arg]},
+                                          {DNNL_ARG_TO, memory(a.plain_md, onednn::engine(), row.raw_data())}};
+        onednn::execute(*a.accumulate, a.accumulate_pd, r);
       }
     }
   }
-  // Parameter gradients: round the fp32 sums once.
-  for (Job& j : jobs)
+}
+
+// Runs `jobs` (primitives over the same batch) chunk by chunk: in each chunk every job in turn, a
+// batch input given to several jobs (the same tensor) converted and reordered once. With enough
+// chunks, the threads take whole chunks (oneDNN and the conversions then run single-threaded in
+// each): one parallel region per call instead of several synchronisations per chunk, and each
+// chunk stays in its core's cache. Otherwise chunks run one after another, each on every thread.
+void run(std::vector<Job>& jobs) {
+  const int64_t N = jobs[0].key.N, per = images_per_chunk(jobs[0].key);
+  const int64_t chunks = (N + per - 1) / per, last_n = N - (chunks - 1) * per;
+  // Entries and parameter inputs (weights, bias) first, outside any parallel region.
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const bool by_chunk = threads > 1 && chunks >= 2 * threads;
+  std::vector<Job::Buffers> param_bufs;  // the memory objects in params point into their tensors
+  for (Job& j : jobs) {
+    j.full_n = per;
+    for (int pass = 0; pass < (last_n == per ? 1 : 2); ++pass) {
+      ConvKey key = j.key;
+      key.N = pass == 0 ? per : last_n;
+      key.single_thread = by_chunk ? 1 : 0;
+      EntryPtr e = cache().get(key, [&] { return create(key); });
+      MT_INTERNAL_ASSERT(j.tensors.size() == e->args.size());
+      (pass == 0 ? j.entry : j.last_entry) = e;
+      std::unordered_map<int, memory>& params = pass == 0 ? j.params : j.last_params;
+      for (size_t i = 0; i < e->args.size(); ++i) {
+        const ConvArg& a = e->args[i];
+        if (a.role == Role::kParamIn) params[a.arg] = prepare_input(a, *j.tensors[i], param_bufs.emplace_back(), nullptr);
+      }
+    }
+    if (last_n == per) j.last_entry = j.entry, j.last_params = j.params;
+    j.partials.resize(j.tensors.size());
     for (size_t i = 0; i < j.tensors.size(); ++i)
-      if (j.bufs[i].acc.defined() && j.bufs[i].acc.raw_data() != j.tensors[i]->raw_data())
-        copy(*j.tensors[i], j.bufs[i].acc);
+      if (j.entry->args[i].role == Role::kParamOut) j.partials[i] = Tensor::empty({chunks, j.tensors[i]->numel()}, kFloat32);
+  }
+
+  std::vector<ChunkState> states(by_chunk ? threads : 1);
+  for (ChunkState& st : states) {
+    st.bufs.resize(jobs.size());
+    st.args.resize(jobs.size());
+    for (size_t ji = 0; ji < jobs.size(); ++ji) {
+      st.bufs[ji].resize(jobs[ji].tensors.size());
+      for (const Tensor* t : jobs[ji].tensors)
+        if (std::none_of(st.shared.begin(), st.shared.end(), [&](const SharedInput& s) { return s.user == t; }))
+          st.shared.emplace_back().user = t;
+    }
+  }
+  if (by_chunk) {
+    std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t c = 0; c < chunks; ++c) {
+      try {
+        run_chunk(jobs, c, c * per, std::min(per, N - c * per), states[omp_get_thread_num()]);
+      } catch (...) {
+#pragma omp critical(mixtrain_conv_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+  } else {
+    for (int64_t c = 0; c < chunks; ++c) run_chunk(jobs, c, c * per, std::min(per, N - c * per), states[0]);
+  }
+
+  // Parameter gradients: the chunks' fp32 partial sums added in chunk order, rounded once.
+  for (Job& j : jobs) {
+    for (size_t i = 0; i < j.tensors.size(); ++i) {
+      if (!j.partials[i].defined()) continue;
+      const Tensor& t = *j.tensors[i];
+      Tensor acc = t.dtype() == kFloat32 ? t : Tensor::empty(t.shape(), kFloat32);
+      const float* p = j.partials[i].data_ptr<float>();
+      float* out = acc.data_ptr<float>();
+      const int64_t m = t.numel();
+      std::copy_n(p, m, out);
+      for (int64_t c = 1; c < chunks; ++c)
+        for (int64_t k = 0; k < m; ++k) out[k] += p[c * m + k];
+      if (t.dtype() != kFloat32) copy(t, acc);
+    }
+  }
 }
 
 bool degenerate(const Tensor& x, const Tensor& w, const Tensor& y) {
