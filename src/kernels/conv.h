@@ -6,6 +6,7 @@
 //   bf16  oneDNN bf16 primitives, or the fp32 route (see Bf16Path in kernels/linalg.h)
 //   fp16  operands converted exactly to fp32, the fp32 primitive, one rounding (oneDNN 2.6 has no
 //         f16 convolution on CPUs)
+// Weight and bias gradients are accumulated in fp32 and rounded once into the weight's dtype.
 //   fp64  reference loops
 // Every tensor is contiguous: x and gx [N, C, H, W], w and gw [O, C/groups, kh, kw], y and gy
 // [N, O, Ho, Wo], bias and gb [O]; all share one floating dtype.
@@ -28,18 +29,26 @@ struct Conv2dGeometry {
 // y = conv(x, w) + bias (bias optional).
 using Conv2dForwardFn = void(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                              const Conv2dGeometry& g);
-// gx = the gradient with respect to x, given gy.
-using Conv2dBackwardDataFn = void(const Tensor& gy, const Tensor& w, const Tensor& gx, const Conv2dGeometry& g);
-// gw (and gb when defined) = the gradients with respect to w and bias, given gy and x.
-using Conv2dBackwardWeightsFn = void(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb,
-                                     const Conv2dGeometry& g);
+// Gradients given gy, in one pass over the batch (gy is converted and laid out once for both):
+// gx with respect to x when gx is defined (w needed), gw and gb (when defined) with respect to w
+// and bias when gw is defined (x needed). Undefined tensors are neither read nor written.
+using Conv2dBackwardFn = void(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& gx, const Tensor& gw,
+                              const Tensor& gb, const Conv2dGeometry& g);
 
 const DispatchTable<Conv2dForwardFn>& conv2d_forward_kernel();
-const DispatchTable<Conv2dBackwardDataFn>& conv2d_backward_data_kernel();
-const DispatchTable<Conv2dBackwardWeightsFn>& conv2d_backward_weights_kernel();
+const DispatchTable<Conv2dBackwardFn>& conv2d_backward_kernel();
 
 // The oneDNN implementations (forward, backward data, backward weights) a conv2d of these shapes
 // runs in `dtype` (float32 or bfloat16, native), creating and caching the primitives. For tests.
 std::string conv2d_impl_info(const Shape& x, const Shape& w, bool bias, const Conv2dGeometry& g, DType dtype);
+
+// The oneDNN kernels run on chunks of the batch of about this many bytes of fp32 activations (the
+// largest of x and y per image, times the images of a chunk), so that blocked-layout and widened
+// fp32 copies stay chunk-sized. Backward-weights sums the chunks' gradients in fp32, in chunk order;
+// the chunking depends on the shapes only, never on the thread count.
+inline constexpr int64_t kConv2dDefaultChunkBytes = int64_t{1} << 20;
+// Sets the chunk budget (<= 0: the whole batch at once) and returns the previous one. For tests and
+// tuning; not thread-safe against convolutions running at the same time.
+int64_t set_conv2d_chunk_bytes(int64_t bytes);
 
 }  // namespace mixtrain::kernels

@@ -72,9 +72,15 @@ extern DispatchTable<LayerNormBwdFn> layer_norm_bwd;
 struct Pool2dParams {
   int64_t kh, kw, sh, sw, ph, pw;
 };
-// argmax: int32 [N, C, OH, OW], the index within the H*W plane of each maximum (first on ties).
+// argmax [N, C, OH, OW]: where each maximum lies inside its window, as the offset
+// (row - window row) * kw + (col - window col) from the window's (padded) top-left corner: the first
+// maximum in row-major order on ties, the first NaN when there is one. Its dtype is uint8 when
+// kh * kw <= 256 (1 byte saved per output), else int32 (max_pool2d_argmax_dtype).
 using MaxPool2dFwdFn = void(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool2dParams& p);
-using MaxPool2dBwdFn = void(const Tensor& gy, const Tensor& argmax, const Tensor& gx);
+// gx = the gradient of each output added at its argmax (overlapping windows add in output order, in
+// fp32), zero elsewhere.
+using MaxPool2dBwdFn = void(const Tensor& gy, const Tensor& argmax, const Tensor& gx, const Pool2dParams& p);
+inline DType max_pool2d_argmax_dtype(const Pool2dParams& p) { return p.kh * p.kw <= 256 ? kUInt8 : kInt32; }
 // Divisor: the window clipped to the padded input (PyTorch's count_include_pad=True).
 using AvgPool2dFwdFn = void(const Tensor& x, const Tensor& y, const Pool2dParams& p);
 using AvgPool2dBwdFn = void(const Tensor& gy, const Tensor& gx, const Pool2dParams& p);

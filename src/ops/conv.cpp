@@ -1,7 +1,7 @@
 // Front-end of nn::functional::conv2d: autocast, argument checks (naming the shapes and what would
 // be valid), contiguous NCHW operands for the kernels, and the autograd record whose backward runs
-// oneDNN's backward-data and backward-weights primitives (the bias gradient comes out of the
-// backward-weights primitive).
+// oneDNN's backward-data and backward-weights primitives in one pass over the batch (the bias
+// gradient comes out of the backward-weights primitive).
 #include "kernels/conv.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/functional.h"
@@ -84,20 +84,18 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
       Tensor g = grads[0].dtype() == dt ? grads[0] : grads[0].to(dt);
       g = g.reshape(y_shape).contiguous();
       TensorList result(3);
-      if (need_x) {
-        Tensor gx = Tensor::empty(x4_shape, dt, g.device());
-        (*kernels::conv2d_backward_data_kernel()(g.device(), dt))(g, sw.unpack("conv2d"), gx, geo);
-        result[0] = gx.reshape(x_shape);
-      }
-      if (need_w || need_b) {
-        // One backward-weights pass gives both; the weight gradient is computed even when only the
-        // bias needs one (oneDNN has no bias-only primitive, and the case is rare).
-        Tensor gw = Tensor::empty(w_shape, dt, g.device());
-        Tensor gb = need_b ? Tensor::empty({w_shape[0]}, dt, g.device()) : Tensor();
-        (*kernels::conv2d_backward_weights_kernel()(g.device(), dt))(g, sx.unpack("conv2d"), gw, gb, geo);
-        if (need_w) result[1] = gw;
-        result[2] = gb;
-      }
+      // One backward pass over the batch gives every wanted gradient; the weight gradient is
+      // computed even when only the bias needs one (oneDNN has no bias-only primitive, and the
+      // case is rare).
+      Tensor gx = need_x ? Tensor::empty(x4_shape, dt, g.device()) : Tensor();
+      Tensor gw = (need_w || need_b) ? Tensor::empty(w_shape, dt, g.device()) : Tensor();
+      Tensor gb = need_b ? Tensor::empty({w_shape[0]}, dt, g.device()) : Tensor();
+      const Tensor xs = gw.defined() ? sx.unpack("conv2d") : Tensor();
+      const Tensor ws = gx.defined() ? sw.unpack("conv2d") : Tensor();
+      (*kernels::conv2d_backward_kernel()(g.device(), dt))(g, xs, ws, gx, gw, gb, geo);
+      if (need_x) result[0] = gx.reshape(x_shape);
+      if (need_w) result[1] = gw;
+      result[2] = gb;
       return result;
     });
   }

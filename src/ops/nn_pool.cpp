@@ -1,8 +1,8 @@
 // max_pool2d and avg_pool2d front-ends over [N, C, H, W]: checks (PyTorch's rules: positive kernel
 // and stride, padding at most half the kernel, a non-empty output), the kernels of
-// src/kernels/cpu/nn_pool.cpp, and backward. max_pool2d saves the int32 argmax plane index of each
-// output (4 bytes per output instead of the input) and routes each gradient there; avg_pool2d saves
-// nothing but the shapes.
+// src/kernels/cpu/nn_pool.cpp, and backward. max_pool2d saves where each output's maximum lies in
+// its window (a uint8 offset for windows of up to 256 elements: 1 byte per output, instead of the
+// input or a plane index) and routes each gradient there; avg_pool2d saves nothing but the shapes.
 #include "kernels/nn.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/functional.h"
@@ -43,15 +43,15 @@ Tensor max_pool2d(const Tensor& x_, const Pool2dOptions& opts) {
            describe(x));
   const Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  Tensor argmax = Tensor::empty(out_shape, kInt32, x.device());
+  Tensor argmax = Tensor::empty(out_shape, kernels::max_pool2d_argmax_dtype(p), x.device());
   if (y.numel() > 0) kernels::max_pool2d_fwd(x.device(), x.dtype())(xc, y, argmax, p);
   if (autograd::needs_grad({&xc})) {
     const Shape in_shape = x.shape();
-    autograd::record("max_pool2d", {xc}, y, [sa = autograd::SavedTensor(argmax), in_shape](const TensorList& g) {
+    autograd::record("max_pool2d", {xc}, y, [sa = autograd::SavedTensor(argmax), in_shape, p](const TensorList& g) {
       const Tensor am = sa.unpack("max_pool2d");
       const Tensor gy = g[0].contiguous();
       Tensor gx = Tensor::empty(in_shape, gy.dtype(), gy.device());
-      if (gx.numel() > 0) kernels::max_pool2d_bwd(gy.device(), gy.dtype())(gy, am, gx);
+      if (gx.numel() > 0) kernels::max_pool2d_bwd(gy.device(), gy.dtype())(gy, am, gx, p);
       return TensorList{gx};
     });
   }

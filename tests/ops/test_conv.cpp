@@ -1,7 +1,9 @@
 // conv2d forward and backward: the oneDNN paths (fp32, bf16 native and via fp32, fp16 via fp32)
-// against the fp64 reference loops for stride / padding / dilation / groups combinations, fp64
+// against the fp64 reference loops for stride / padding / dilation / groups combinations, whole
+// batches and batch chunks (a last, shorter chunk too), gradients of some inputs only, fp64
 // finite-difference checks, 16-bit gradients against fp32 ones, and error messages.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "kernels/conv.h"
 #include "mixtrain/autograd.h"
@@ -55,34 +57,115 @@ const Mode kModes[] = {{kFloat32, Bf16Path::kAuto},
                        {kBFloat16, Bf16Path::kFp32},
                        {kFloat16, Bf16Path::kAuto}};
 
+// Sets the batch-chunk budget of the oneDNN kernels for one scope.
+class ChunkBytesGuard {
+ public:
+  explicit ChunkBytesGuard(int64_t bytes) : previous_(kernels::set_conv2d_chunk_bytes(bytes)) {}
+  ~ChunkBytesGuard() { kernels::set_conv2d_chunk_bytes(previous_); }
+
+ private:
+  int64_t previous_;
+};
+
+// Runs conv2d forward and backward for case c in mode m and checks y, gx, gw and gb against the
+// fp64 reference loops (only the gradients of the inputs that require one).
+void check_against_reference(const ConvCase& c, const Mode& m, bool with_bias, bool grad_x = true, bool grad_w = true,
+                             bool grad_b = true) {
+  Bf16PathGuard guard(m.path);
+  Tensor x = uniform_input(c.x, m.dtype, 1).requires_grad_(grad_x);
+  Tensor w = uniform_input(c.w, m.dtype, 2).requires_grad_(grad_w);
+  Tensor b = with_bias ? uniform_input({c.w[0]}, m.dtype, 3).requires_grad_(grad_b) : Tensor();
+  Tensor y = F::conv2d(x, w, b, c.o);
+  ASSERT_EQ(y.shape(), out_shape(c));
+  EXPECT_EQ(y.dtype(), m.dtype);
+  const auto g = geometry(c.o);
+  Tensor y_ref = Tensor::empty(y.shape(), kFloat64);
+  kernels::ref::conv2d_forward(x, w, b, y_ref, g);
+  EXPECT_CLOSE(y, y_ref, gemm_tol(m.dtype));
+  if (!y.requires_grad()) return;
+
+  Tensor gy = uniform_input(y.shape(), m.dtype, 4);
+  y.backward(gy);
+  Tensor gx_ref = Tensor::empty(c.x, kFloat64), gw_ref = Tensor::empty(c.w, kFloat64);
+  Tensor gb_ref = with_bias ? Tensor::empty({c.w[0]}, kFloat64) : Tensor();
+  kernels::ref::conv2d_backward_data(gy, w, gx_ref, g);
+  kernels::ref::conv2d_backward_weights(gy, x, gw_ref, gb_ref, g);
+  EXPECT_EQ(x.grad().defined(), grad_x);
+  EXPECT_EQ(w.grad().defined(), grad_w);
+  if (grad_x) {
+    EXPECT_EQ(x.grad().dtype(), m.dtype);
+    EXPECT_CLOSE(x.grad(), gx_ref, gemm_tol(m.dtype));
+  }
+  if (grad_w) {
+    EXPECT_EQ(w.grad().dtype(), m.dtype);
+    EXPECT_CLOSE(w.grad(), gw_ref, gemm_tol(m.dtype));
+  }
+  if (with_bias) {
+    EXPECT_EQ(b.grad().defined(), grad_b);
+    if (grad_b) EXPECT_CLOSE(b.grad(), gb_ref, gemm_tol(m.dtype));
+  }
+}
+
+TEST(Conv2d, BatchChunksAgainstReference) {
+  // Five images in chunks of one, and of two (2 + 2 + 1: the last chunk runs its own primitives).
+  for (int i : {3, 9}) {  // groups; every option at once
+    ConvCase c = kCases[i];
+    c.x[0] = 5;
+    const int64_t image_bytes = 4 * std::max(c.x[1] * c.x[2] * c.x[3], out_shape(c)[1] * out_shape(c)[2] * out_shape(c)[3]);
+    for (int64_t budget : {int64_t{1}, 2 * image_bytes}) {
+      ChunkBytesGuard chunks(budget);
+      for (const Mode& m : kModes) {
+        SCOPED_TRACE(::testing::Message() << c.name << ", " << name(m.dtype) << " (" << path_name(m.path)
+                                          << "), chunk budget " << budget);
+        check_against_reference(c, m, /*with_bias=*/true);
+      }
+    }
+  }
+}
+
+TEST(Conv2d, ChunksOnThreadsGiveTheSameBitsForAnyThreadCount) {
+  // Eight one-image chunks: with two threads each thread takes whole chunks; the weight gradient
+  // sums the chunks in chunk order either way.
+  ChunkBytesGuard chunks(1);
+  ConvCase c = kCases[0];
+  c.x[0] = 8;
+  for (DType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(name(dt));
+    auto grads = [&](int threads) {
+      const int previous = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      Tensor x = uniform_input(c.x, dt, 1).requires_grad_();
+      Tensor w = uniform_input(c.w, dt, 2).requires_grad_();
+      Tensor b = uniform_input({c.w[0]}, dt, 3).requires_grad_();
+      Tensor y = F::conv2d(x, w, b, c.o);
+      y.backward(uniform_input(y.shape(), dt, 4));
+      omp_set_num_threads(previous);
+      return std::vector<Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
+    };
+    const std::vector<Tensor> one = grads(1), two = grads(2);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(one[i].to(kFloat64).to_vector<double>(), two[i].to(kFloat64).to_vector<double>()) << "output " << i;
+  }
+}
+
+TEST(Conv2d, GradientsOfSomeInputsOnly) {
+  const ConvCase& c = kCases[3];  // groups 2
+  for (const Mode& m : kModes) {
+    SCOPED_TRACE(::testing::Message() << name(m.dtype) << " (" << path_name(m.path) << ")");
+    check_against_reference(c, m, true, /*grad_x=*/true, /*grad_w=*/false, /*grad_b=*/false);
+    check_against_reference(c, m, true, /*grad_x=*/false, /*grad_w=*/true, /*grad_b=*/true);
+    check_against_reference(c, m, true, /*grad_x=*/false, /*grad_w=*/false, /*grad_b=*/true);
+    check_against_reference(c, m, false, /*grad_x=*/false, /*grad_w=*/true, /*grad_b=*/false);
+  }
+}
+
 TEST(Conv2d, ForwardAndBackwardAgainstReference) {
   for (const ConvCase& c : kCases) {
     for (const Mode& m : kModes) {
       for (bool with_bias : {true, false}) {
         SCOPED_TRACE(::testing::Message() << c.name << ", " << name(m.dtype) << " (" << path_name(m.path) << ")"
                                         << (with_bias ? ", bias" : ", no bias"));
-        Bf16PathGuard guard(m.path);
-        Tensor x = uniform_input(c.x, m.dtype, 1).requires_grad_();
-        Tensor w = uniform_input(c.w, m.dtype, 2).requires_grad_();
-        Tensor b = with_bias ? uniform_input({c.w[0]}, m.dtype, 3).requires_grad_() : Tensor();
-        Tensor y = F::conv2d(x, w, b, c.o);
-        ASSERT_EQ(y.shape(), out_shape(c));
-        EXPECT_EQ(y.dtype(), m.dtype);
-        const auto g = geometry(c.o);
-        Tensor y_ref = Tensor::empty(y.shape(), kFloat64);
-        kernels::ref::conv2d_forward(x, w, b, y_ref, g);
-        EXPECT_CLOSE(y, y_ref, gemm_tol(m.dtype));
-
-        Tensor gy = uniform_input(y.shape(), m.dtype, 4);
-        y.backward(gy);
-        Tensor gx_ref = Tensor::empty(c.x, kFloat64), gw_ref = Tensor::empty(c.w, kFloat64);
-        Tensor gb_ref = with_bias ? Tensor::empty({c.w[0]}, kFloat64) : Tensor();
-        kernels::ref::conv2d_backward_data(gy, w, gx_ref, g);
-        kernels::ref::conv2d_backward_weights(gy, x, gw_ref, gb_ref, g);
-        EXPECT_EQ(x.grad().dtype(), m.dtype);
-        EXPECT_CLOSE(x.grad(), gx_ref, gemm_tol(m.dtype));
-        EXPECT_CLOSE(w.grad(), gw_ref, gemm_tol(m.dtype));
-        if (with_bias) EXPECT_CLOSE(b.grad(), gb_ref, gemm_tol(m.dtype));
+        check_against_reference(c, m, with_bias);
       }
     }
   }
