@@ -53,7 +53,7 @@ Rule builtin_rule(OpId op) {
 
 struct Table {
   std::shared_mutex mu;
-  std::vector<Rule> defaults;                    // built-in + registered
+  std::vector<Rule> defaults;                     // built-in + registered
   std::vector<std::optional<CastPolicy>> global;  // user overrides
   std::vector<std::string> names;
   std::unordered_map<std::string, PolicyId> by_name;

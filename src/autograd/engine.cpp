@@ -33,8 +33,8 @@ SavedTensor::SavedTensor(const Tensor& t) {
 Tensor SavedTensor::unpack(const char* op_name) const {
   if (!tensor_.defined()) return tensor_;
   MT_CHECK(tensor_.version() == version_, "backward of ", op_name, ": a tensor ", describe(tensor_),
-           " saved for the backward pass was modified by an in-place operation after it was saved (version ",
-           version_, " when saved, now ", tensor_.version(), "); clone() it before modifying, or modify a copy");
+           " saved for the backward pass was modified by an in-place operation after it was saved (version ", version_,
+           " when saved, now ", tensor_.version(), "); clone() it before modifying, or modify a copy");
   return tensor_;
 }
 
@@ -167,8 +167,8 @@ TensorList execute(const TensorList& roots, const TensorList& grad_roots, bool r
     TensorList grads = node->apply(std::move(s.buffer));
     s.buffer.clear();
     if (!retain_graph) node->release_saved();
-    MT_INTERNAL_ASSERT(is_accumulator || grads.size() == node->next_edges.size(), "node ", node->name(),
-                       " returned ", grads.size(), " gradients for ", node->next_edges.size(), " inputs");
+    MT_INTERNAL_ASSERT(is_accumulator || grads.size() == node->next_edges.size(), "node ", node->name(), " returned ",
+                       grads.size(), " gradients for ", node->next_edges.size(), " inputs");
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.valid()) continue;

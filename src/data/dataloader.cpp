@@ -179,9 +179,8 @@ DataLoader::Iterator DataLoader::begin() {
            "(did the dataset shrink?)");
   epoch_ = epoch + 1;
   start_batch_ = 0;
-  auto pass =
-      std::make_shared<Pass>(dataset_, order(epoch), options_.batch_size, epoch, first, size(), options_.prefetch,
-                             options_.transform);
+  auto pass = std::make_shared<Pass>(dataset_, order(epoch), options_.batch_size, epoch, first, size(),
+                                     options_.prefetch, options_.transform);
   pass->advance();
   return Iterator(std::move(pass));
 }

@@ -66,8 +66,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_, const Tensor& k_, const Te
   bool batch_match = true;
   for (int i = 0; i < q.dim() - 2; ++i) batch_match = batch_match && k.size(i) == q.size(i) && v.size(i) == q.size(i);
   MT_CHECK(batch_match && k.size(-1) == q.size(-1) && v.size(-2) == k.size(-2), op,
-           ": shapes do not match [..., T, D], [..., S, D], [..., S, Dv] with equal batch dims: q ", describe(q), ", k ",
-           describe(k), ", v ", describe(v));
+           ": shapes do not match [..., T, D], [..., S, D], [..., S, Dv] with equal batch dims: q ", describe(q),
+           ", k ", describe(k), ", v ", describe(v));
   const int64_t N = batch_numel(q), T = q.size(-2), S = k.size(-2), D = q.size(-1), Dv = v.size(-1);
 
   kernels::AttentionParams p;
@@ -95,20 +95,20 @@ Tensor scaled_dot_product_attention(const Tensor& q_, const Tensor& k_, const Te
 
   if (autograd::needs_grad({&q, &k, &v})) {
     const bool need_q = q.requires_grad(), need_k = k.requires_grad(), need_v = v.requires_grad();
-    autograd::record(op, {q, k, v}, out,
-                     [sq = SavedTensor(q3), sk = SavedTensor(k3), sv = SavedTensor(v3), sl = SavedTensor(lse), p,
-                      need_q, need_k, need_v, q_shape = q.shape(), k_shape = k.shape(),
-                      v_shape = v.shape()](const TensorList& g) {
-                       const char* name = "scaled_dot_product_attention";
-                       const Tensor qv = sq.unpack(name), kv = sk.unpack(name), vv = sv.unpack(name);
-                       const Tensor go = g[0].to(qv.dtype()).contiguous();
-                       Tensor gq = Tensor::empty(qv.shape(), qv.dtype(), qv.device());
-                       Tensor gk = Tensor::empty(kv.shape(), qv.dtype(), qv.device());
-                       Tensor gv = Tensor::empty(vv.shape(), qv.dtype(), qv.device());
-                       kernels::attention_bwd(qv.device(), qv.dtype())(qv, kv, vv, go, sl.unpack(name), gq, gk, gv, p);
-                       return TensorList{need_q ? gq.view(q_shape) : Tensor(), need_k ? gk.view(k_shape) : Tensor(),
-                                         need_v ? gv.view(v_shape) : Tensor()};
-                     });
+    autograd::record(
+        op, {q, k, v}, out,
+        [sq = SavedTensor(q3), sk = SavedTensor(k3), sv = SavedTensor(v3), sl = SavedTensor(lse), p, need_q, need_k,
+         need_v, q_shape = q.shape(), k_shape = k.shape(), v_shape = v.shape()](const TensorList& g) {
+          const char* name = "scaled_dot_product_attention";
+          const Tensor qv = sq.unpack(name), kv = sk.unpack(name), vv = sv.unpack(name);
+          const Tensor go = g[0].to(qv.dtype()).contiguous();
+          Tensor gq = Tensor::empty(qv.shape(), qv.dtype(), qv.device());
+          Tensor gk = Tensor::empty(kv.shape(), qv.dtype(), qv.device());
+          Tensor gv = Tensor::empty(vv.shape(), qv.dtype(), qv.device());
+          kernels::attention_bwd(qv.device(), qv.dtype())(qv, kv, vv, go, sl.unpack(name), gq, gk, gv, p);
+          return TensorList{need_q ? gq.view(q_shape) : Tensor(), need_k ? gk.view(k_shape) : Tensor(),
+                            need_v ? gv.view(v_shape) : Tensor()};
+        });
   }
   return out;
 }
@@ -151,10 +151,10 @@ Tensor qkv_attention(const Tensor& qkv_, int64_t num_heads, bool is_causal, std:
                        const Tensor xv = sx.unpack("qkv_attention");
                        const Tensor go = g[0].to(xv.dtype()).contiguous();
                        Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
-                       kernels::attention_bwd(xv.device(), xv.dtype())(
-                           xv.narrow(2, 0, C), xv.narrow(2, C, C), xv.narrow(2, 2 * C, C), go,
-                           sl.unpack("qkv_attention"), gx.narrow(2, 0, C), gx.narrow(2, C, C), gx.narrow(2, 2 * C, C),
-                           p);
+                       kernels::attention_bwd(xv.device(), xv.dtype())(xv.narrow(2, 0, C), xv.narrow(2, C, C),
+                                                                       xv.narrow(2, 2 * C, C), go,
+                                                                       sl.unpack("qkv_attention"), gx.narrow(2, 0, C),
+                                                                       gx.narrow(2, C, C), gx.narrow(2, 2 * C, C), p);
                        return TensorList{gx.view(in_shape)};
                      });
   }

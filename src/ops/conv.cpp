@@ -3,6 +3,7 @@
 // oneDNN's backward-data and backward-weights primitives in one pass over the batch (the bias
 // gradient comes out of the backward-weights primitive).
 #include "kernels/conv.h"
+
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/functional.h"
 #include "ops/autocast_hook.h"
@@ -49,8 +50,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const 
   MT_CHECK(o.stride_h >= 1 && o.stride_w >= 1, "conv2d: stride must be >= 1, got (", o.stride_h, ", ", o.stride_w, ")");
   MT_CHECK(o.dilation_h >= 1 && o.dilation_w >= 1, "conv2d: dilation must be >= 1, got (", o.dilation_h, ", ",
            o.dilation_w, ")");
-  MT_CHECK(o.padding_h >= 0 && o.padding_w >= 0, "conv2d: padding must be >= 0, got (", o.padding_h, ", ",
-           o.padding_w, ")");
+  MT_CHECK(o.padding_h >= 0 && o.padding_w >= 0, "conv2d: padding must be >= 0, got (", o.padding_h, ", ", o.padding_w,
+           ")");
   const bool unbatched = x.dim() == 3;
   Tensor x4 = unbatched ? x.detach().unsqueeze(0) : x.detach();
   const int64_t C = x4.size(1), O = w.size(0), G = o.groups;

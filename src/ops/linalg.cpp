@@ -21,8 +21,8 @@ using autograd::TensorList;
 
 void check_floating(const char* op, const Tensor& t, const char* what) {
   MT_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
-  MT_CHECK(t.is_floating_point(), op, ": expected a floating-point ", what, " (float32, bfloat16, float16, float64), got ",
-           describe(t));
+  MT_CHECK(t.is_floating_point(), op, ": expected a floating-point ", what,
+           " (float32, bfloat16, float16, float64), got ", describe(t));
 }
 
 // Same dtype and device for two operands. Different floating dtypes are an error (as in PyTorch),
@@ -186,8 +186,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   if (b.defined()) {
     check_floating("linear", b, "bias");
     check_same("linear", x, "input", b, "bias");
-    MT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: expected a bias of shape [", w.size(0),
-             "] for weight ", describe(w), ", got ", describe(b));
+    MT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: expected a bias of shape [", w.size(0), "] for weight ",
+             describe(w), ", got ", describe(b));
   }
   const int64_t in = w.size(1), out_features = w.size(0);
   // [.., in] -> [M, in]: a view unless the leading dims cannot merge.

@@ -20,7 +20,8 @@ using autograd::SavedTensor;
 using autograd::TensorList;
 
 Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
-  MT_CHECK(x_.defined() && x_.is_floating_point() && x_.dim() >= 1, "gelu_linear: expected a floating-point input [..., in], got ",
+  MT_CHECK(x_.defined() && x_.is_floating_point() && x_.dim() >= 1,
+           "gelu_linear: expected a floating-point input [..., in], got ",
            x_.defined() ? describe(x_) : std::string("an undefined tensor"));
   MT_CHECK(w_.defined() && w_.dim() == 2 && w_.size(1) == x_.size(-1), "gelu_linear: expected a weight [out, ",
            x_.size(-1), "] for the input ", describe(x_), ", got ", w_.defined() ? describe(w_) : std::string("none"));
@@ -42,30 +43,29 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
   const int64_t in = w.size(1), out = w.size(0);
   int64_t rows = 1;
   for (int d = 0; d < x.dim() - 1; ++d) rows *= x.size(d);
-  autograd::record(
-      "gelu_linear", {x, w, b}, y,
-      [sx = SavedTensor(x.detach()), sw = SavedTensor(w.detach()), hd = h.dtype(), need_x, need_w, need_b, in, out,
-       rows, x_shape = x.shape()](const TensorList& grads) {
-        const Tensor xv = sx.unpack("gelu_linear"), wv = sw.unpack("gelu_linear");
-        const Tensor g = grads[0].to(hd).reshape({rows, out});
-        TensorList result(3);
-        if (need_w) {
-          const Tensor hv = gelu(xv).to(hd);  // the forward's gelu(x), cast as the forward cast it
-          result[1] = matmul(g.t(), hv.reshape({rows, in}));
-        }
-        if (need_b) {
-          result[2] = Tensor::empty({out}, hd, g.device());
-          kernels::sum_rows(g, result[2]);
-        }
-        if (need_x) {
-          const Tensor gh = matmul(g, wv).to(xv.dtype()).reshape(x_shape);
-          Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
-          kernels::unary_backward_kernel(kernels::UnaryOp::k_gelu)(xv.device(), xv.dtype())(gx, gh.contiguous(),
-                                                                                          xv.contiguous(), {});
-          result[0] = gx;
-        }
-        return result;
-      });
+  autograd::record("gelu_linear", {x, w, b}, y,
+                   [sx = SavedTensor(x.detach()), sw = SavedTensor(w.detach()), hd = h.dtype(), need_x, need_w, need_b,
+                    in, out, rows, x_shape = x.shape()](const TensorList& grads) {
+                     const Tensor xv = sx.unpack("gelu_linear"), wv = sw.unpack("gelu_linear");
+                     const Tensor g = grads[0].to(hd).reshape({rows, out});
+                     TensorList result(3);
+                     if (need_w) {
+                       const Tensor hv = gelu(xv).to(hd);  // the forward's gelu(x), cast as the forward cast it
+                       result[1] = matmul(g.t(), hv.reshape({rows, in}));
+                     }
+                     if (need_b) {
+                       result[2] = Tensor::empty({out}, hd, g.device());
+                       kernels::sum_rows(g, result[2]);
+                     }
+                     if (need_x) {
+                       const Tensor gh = matmul(g, wv).to(xv.dtype()).reshape(x_shape);
+                       Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
+                       kernels::unary_backward_kernel(kernels::UnaryOp::k_gelu)(xv.device(), xv.dtype())(
+                           gx, gh.contiguous(), xv.contiguous(), {});
+                       result[0] = gx;
+                     }
+                     return result;
+                   });
   return y;
 }
 

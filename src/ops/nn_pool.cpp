@@ -17,8 +17,9 @@ using autograd::TensorList;
 kernels::Pool2dParams check_pool(const char* op, const Tensor& x, const Pool2dOptions& o, Shape& out_shape) {
   MT_CHECK(x.dim() == 4 && x.is_floating_point(), op, ": expected a floating-point [N, C, H, W] input, got ",
            describe(x));
-  kernels::Pool2dParams p{o.kernel_h, o.kernel_w, o.stride_h == 0 ? o.kernel_h : o.stride_h,
-                          o.stride_w == 0 ? o.kernel_w : o.stride_w, o.padding_h, o.padding_w};
+  kernels::Pool2dParams p{
+      o.kernel_h,  o.kernel_w, o.stride_h == 0 ? o.kernel_h : o.stride_h, o.stride_w == 0 ? o.kernel_w : o.stride_w,
+      o.padding_h, o.padding_w};
   MT_CHECK(p.kh > 0 && p.kw > 0, op, ": kernel size must be positive, got ", p.kh, "x", p.kw);
   MT_CHECK(p.sh > 0 && p.sw > 0, op, ": stride must be positive (or 0 for the kernel size), got ", o.stride_h, "x",
            o.stride_w);

@@ -57,14 +57,14 @@ void Adam::step_group(size_t g, float inv_scale) {
     if (!grad.defined()) continue;
     ParamState& s = mutable_state(i);
     const TensorOptions fp32{.dtype = kFloat32, .device = params[j].device()};
-    if (!s.exp_avg.defined()) s.exp_avg = zeros(params[j].shape(), {.dtype = o.exp_avg_dtype, .device = params[j].device()});
+    if (!s.exp_avg.defined())
+      s.exp_avg = zeros(params[j].shape(), {.dtype = o.exp_avg_dtype, .device = params[j].device()});
     if (s.exp_avg.dtype() != o.exp_avg_dtype) s.exp_avg = s.exp_avg.to(o.exp_avg_dtype).contiguous();
     if (!s.exp_avg_sq.defined()) s.exp_avg_sq = zeros(params[j].shape(), fp32);
     if (o.amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros(params[j].shape(), fp32);
     ++s.step;
-    work.push_back(
-        {params[j], grad, s.master, s.master_low, s.exp_avg, s.exp_avg_sq, o.amsgrad ? s.max_exp_avg_sq : Tensor(),
-         s.step});
+    work.push_back({params[j], grad, s.master, s.master_low, s.exp_avg, s.exp_avg_sq,
+                    o.amsgrad ? s.max_exp_avg_sq : Tensor(), s.step});
   }
   kernels::adam_step(work, {.lr = o.lr,
                             .beta1 = o.betas.first,

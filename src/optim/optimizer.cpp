@@ -198,8 +198,8 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
     const ParamState& src = sd.state[i];
     MT_CHECK(src.step >= 0, name(), ".load_state_dict: negative step for ", param_name(i));
     const bool has_master = state_[i].master.defined() || state_[i].master_low.defined();
-    MT_CHECK(src.master.defined() == has_master, name(), ".load_state_dict: ", param_name(i), " (",
-             describe(params[i]), ") ", has_master ? "has" : "has no", " fp32 master weight here but the state dict ",
+    MT_CHECK(src.master.defined() == has_master, name(), ".load_state_dict: ", param_name(i), " (", describe(params[i]),
+             ") ", has_master ? "has" : "has no", " fp32 master weight here but the state dict ",
              src.master.defined() ? "has one" : "has none", "; master-weight mode must match");
     MT_CHECK(!src.master_low.defined(), name(), ".load_state_dict: state 'master_low' of ", param_name(i),
              " is not a state-dict entry (state dicts hold the full fp32 'master')");

@@ -14,9 +14,7 @@ namespace {
 
 std::vector<float> values(const mt::Tensor& t) { return t.contiguous().to_vector<float>(); }
 
-mt::Tensor leaf(std::vector<float> v) {
-  return mt::from_vector(v).requires_grad_();
-}
+mt::Tensor leaf(std::vector<float> v) { return mt::from_vector(v).requires_grad_(); }
 
 }  // namespace
 

@@ -2,7 +2,6 @@
 // row-order fp32 (fp64 for fp64) accumulation bit for bit, whatever the thread count, and an fp32
 // input of widened 16-bit values rounded into a 16-bit output equals the 16-bit input's sum.
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <cstring>

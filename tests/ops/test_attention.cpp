@@ -70,10 +70,11 @@ TEST(Attention, Gradcheck) {
     SCOPED_TRACE(causal ? "causal" : "full");
     Tensor q = rand_input({1, 2, 4, 3}, -1, 1, 1), k = rand_input({1, 2, 5, 3}, -1, 1, 2);
     Tensor v = rand_input({1, 2, 5, 2}, -1, 1, 3);
-    EXPECT_EQ(gradcheck([causal](const std::vector<Tensor>& in) {
-                return F::scaled_dot_product_attention(in[0], in[1], in[2], causal);
-              },
-                        {q, k, v}),
+    EXPECT_EQ(gradcheck(
+                  [causal](const std::vector<Tensor>& in) {
+                    return F::scaled_dot_product_attention(in[0], in[1], in[2], causal);
+                  },
+                  {q, k, v}),
               "");
   }
 }
@@ -103,10 +104,16 @@ TEST(Attention, AutocastRunsInLowerPrecision) {
 }
 
 TEST(Attention, Errors) {
-  expect_error([] { F::scaled_dot_product_attention(zeros({2, 3, 4}), zeros({2, 3, 5}), zeros({2, 3, 4})); },
-               {"scaled_dot_product_attention", "[2, 3, 5]"});
-  expect_error([] { F::scaled_dot_product_attention(zeros({3, 4}), zeros({2, 3, 4}), zeros({2, 3, 4})); },
-               {"scaled_dot_product_attention", "rank"});
+  expect_error(
+      [] {
+        F::scaled_dot_product_attention(zeros({2, 3, 4}), zeros({2, 3, 5}), zeros({2, 3, 4}));
+      },
+      {"scaled_dot_product_attention", "[2, 3, 5]"});
+  expect_error(
+      [] {
+        F::scaled_dot_product_attention(zeros({3, 4}), zeros({2, 3, 4}), zeros({2, 3, 4}));
+      },
+      {"scaled_dot_product_attention", "rank"});
 }
 
 // The composition the fused kernel replaces: matmul, causal mask, softmax, matmul (autograd through
@@ -156,7 +163,9 @@ TEST(Attention, FusedMatchesUnfusedComposition) {
         const std::vector<Tensor> in{randn32({2, 2, c.T, c.D}, 20), randn32({2, 2, c.S, c.D}, 21),
                                      randn32({2, 2, c.S, c.Dv}, 22)};
         const auto fused = value_and_grads(
-            [causal](const std::vector<Tensor>& x) { return F::scaled_dot_product_attention(x[0], x[1], x[2], causal); },
+            [causal](const std::vector<Tensor>& x) {
+              return F::scaled_dot_product_attention(x[0], x[1], x[2], causal);
+            },
             in, 23);
         const auto unfused = value_and_grads(
             [causal](const std::vector<Tensor>& x) { return unfused_sdpa(x[0], x[1], x[2], causal); }, in, 23);
@@ -175,7 +184,8 @@ Tensor split_qkv(const Tensor& qkv, int64_t H, int which) {
 
 Tensor qkv_reference(const Tensor& qkv, int64_t H, bool causal) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-  const Tensor o = F::scaled_dot_product_attention(split_qkv(qkv, H, 0), split_qkv(qkv, H, 1), split_qkv(qkv, H, 2), causal);
+  const Tensor o =
+      F::scaled_dot_product_attention(split_qkv(qkv, H, 0), split_qkv(qkv, H, 1), split_qkv(qkv, H, 2), causal);
   return o.transpose(1, 2).reshape({B, T, C});
 }
 
@@ -183,11 +193,11 @@ TEST(QkvAttention, MatchesSplitHeadsAndUnfusedComposition) {
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "full");
     const std::vector<Tensor> in{randn32({2, 67, 3 * 4 * 8}, 30)};
-    const auto fused = value_and_grads(
-        [causal](const std::vector<Tensor>& x) { return F::qkv_attention(x[0], 4, causal); }, in, 31);
+    const auto fused =
+        value_and_grads([causal](const std::vector<Tensor>& x) { return F::qkv_attention(x[0], 4, causal); }, in, 31);
     // The same op through the separate-tensor entry point: identical kernels, so bit-identical.
-    const auto split = value_and_grads(
-        [causal](const std::vector<Tensor>& x) { return qkv_reference(x[0], 4, causal); }, in, 31);
+    const auto split =
+        value_and_grads([causal](const std::vector<Tensor>& x) { return qkv_reference(x[0], 4, causal); }, in, 31);
     expect_all_close(fused, split, testing::Tolerance{0, 0});
     // And the unfused matmul / softmax composition.
     const auto unfused = value_and_grads(
@@ -207,9 +217,9 @@ TEST(QkvAttention, Gradcheck) {
     Tensor qkv = rand_input({2, 3, 3 * 2 * 2}, -1, 1, 40);
     EXPECT_EQ(gradcheck([causal](const std::vector<Tensor>& in) { return F::qkv_attention(in[0], 2, causal); }, {qkv}),
               "");
-    EXPECT_EQ(gradcheck([causal](const std::vector<Tensor>& in) { return F::qkv_attention(in[0], 2, causal, 0.7); },
-                        {qkv}),
-              "");
+    EXPECT_EQ(
+        gradcheck([causal](const std::vector<Tensor>& in) { return F::qkv_attention(in[0], 2, causal, 0.7); }, {qkv}),
+        "");
   }
 }
 
@@ -285,7 +295,8 @@ TEST(AttentionGemm, BandedProductsMatchTheLoop) {
           if (n_hi != kernels::attn::kOff && j > i + n_hi) continue;  // not needed: may be left as is
           double ref = 0;
           for (int64_t k = 0; k < K; ++k) ref += double(a[k * M + i]) * b[k * N + j];
-          EXPECT_NEAR(c[i * N + j], ref, testing::kGemmFp32.atol + testing::kGemmFp32.rtol * std::abs(ref)) << "i " << i << " j " << j << (generic ? " generic" : "");
+          EXPECT_NEAR(c[i * N + j], ref, testing::kGemmFp32.atol + testing::kGemmFp32.rtol * std::abs(ref))
+              << "i " << i << " j " << j << (generic ? " generic" : "");
         }
       }
     }

@@ -28,13 +28,18 @@ const ConvCase kCases[] = {
     {"stride 2", {2, 6, 11, 10}, {8, 6, 3, 3}, {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1}},
     {"dilation 2", {1, 4, 12, 12}, {6, 4, 3, 3}, {.padding_h = 2, .padding_w = 2, .dilation_h = 2, .dilation_w = 2}},
     {"groups 2", {2, 8, 7, 7}, {12, 4, 3, 3}, {.padding_h = 1, .padding_w = 1, .groups = 2}},
-    {"depthwise", {2, 8, 8, 8}, {8, 1, 3, 3}, {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1, .groups = 8}},
+    {"depthwise",
+     {2, 8, 8, 8},
+     {8, 1, 3, 3},
+     {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1, .groups = 8}},
     {"1x1", {3, 16, 5, 5}, {32, 16, 1, 1}, {}},
     {"3-channel input", {2, 3, 16, 16}, {16, 3, 5, 5}, {.padding_h = 2, .padding_w = 2}},
     {"asymmetric", {2, 4, 9, 7}, {6, 4, 3, 1}, {.stride_h = 2, .stride_w = 1, .padding_h = 0, .padding_w = 1}},
     // floor rounding leaves the last input row unused (oneDNN's right padding would be negative)
     {"stride 3 floor", {1, 4, 7, 8}, {4, 4, 3, 3}, {.stride_h = 3, .stride_w = 3}},
-    {"all combined", {2, 6, 10, 9}, {9, 2, 3, 2},
+    {"all combined",
+     {2, 6, 10, 9},
+     {9, 2, 3, 2},
      {.stride_h = 2, .stride_w = 1, .padding_h = 1, .padding_w = 2, .dilation_h = 2, .dilation_w = 1, .groups = 3}},
 };
 
@@ -111,12 +116,13 @@ TEST(Conv2d, BatchChunksAgainstReference) {
   for (int i : {3, 9}) {  // groups; every option at once
     ConvCase c = kCases[i];
     c.x[0] = 5;
-    const int64_t image_bytes = 4 * std::max(c.x[1] * c.x[2] * c.x[3], out_shape(c)[1] * out_shape(c)[2] * out_shape(c)[3]);
+    const int64_t image_bytes =
+        4 * std::max(c.x[1] * c.x[2] * c.x[3], out_shape(c)[1] * out_shape(c)[2] * out_shape(c)[3]);
     for (int64_t budget : {int64_t{1}, 2 * image_bytes}) {
       ChunkBytesGuard chunks(budget);
       for (const Mode& m : kModes) {
-        SCOPED_TRACE(::testing::Message() << c.name << ", " << name(m.dtype) << " (" << path_name(m.path)
-                                          << "), chunk budget " << budget);
+        SCOPED_TRACE(::testing::Message()
+                     << c.name << ", " << name(m.dtype) << " (" << path_name(m.path) << "), chunk budget " << budget);
         check_against_reference(c, m, /*with_bias=*/true);
       }
     }
@@ -164,7 +170,7 @@ TEST(Conv2d, ForwardAndBackwardAgainstReference) {
     for (const Mode& m : kModes) {
       for (bool with_bias : {true, false}) {
         SCOPED_TRACE(::testing::Message() << c.name << ", " << name(m.dtype) << " (" << path_name(m.path) << ")"
-                                        << (with_bias ? ", bias" : ", no bias"));
+                                          << (with_bias ? ", bias" : ", no bias"));
         check_against_reference(c, m, with_bias);
       }
     }
@@ -258,10 +264,16 @@ TEST(Conv2dHalfGrads, MatchFp32Gradients) {
 
 TEST(Conv2dErrors, MessagesNameTheOpAndShapes) {
   Tensor x = zeros({1, 4, 8, 8});
-  expect_error([&] { F::conv2d(x, zeros({6, 4, 3, 3}), Tensor(), {.groups = 3}); },
-               {"conv2d", "groups = 3", "C = 4", "[1, 4, 8, 8]"});
-  expect_error([&] { F::conv2d(x, zeros({5, 2, 3, 3}), Tensor(), {.groups = 2}); },
-               {"conv2d", "groups = 2", "output channels 5", "[5, 2, 3, 3]"});
+  expect_error(
+      [&] {
+        F::conv2d(x, zeros({6, 4, 3, 3}), Tensor(), {.groups = 3});
+      },
+      {"conv2d", "groups = 3", "C = 4", "[1, 4, 8, 8]"});
+  expect_error(
+      [&] {
+        F::conv2d(x, zeros({5, 2, 3, 3}), Tensor(), {.groups = 2});
+      },
+      {"conv2d", "groups = 2", "output channels 5", "[5, 2, 3, 3]"});
   expect_error([&] { F::conv2d(x, zeros({6, 3, 3, 3})); }, {"conv2d", "[6, 3, 3, 3]", "[1, 4, 8, 8]"});
   expect_error([&] { F::conv2d(zeros({4, 8}), zeros({6, 4, 3, 3})); }, {"conv2d", "[4, 8]"});
   expect_error([&] { F::conv2d(x, zeros({6, 4, 3})); }, {"conv2d", "[6, 4, 3]"});

@@ -18,7 +18,9 @@ using kernels::Bf16Path;
 using TL = std::vector<Tensor>;
 
 TEST(LinalgGradcheck, Matmul2D) {
-  EXPECT_EQ(gradcheck([](const TL& x) { return matmul(x[0], x[1]); }, {rand_input({3, 4}, -1, 1, 1), rand_input({4, 5}, -1, 1, 2)}), "");
+  EXPECT_EQ(gradcheck([](const TL& x) { return matmul(x[0], x[1]); },
+                      {rand_input({3, 4}, -1, 1, 1), rand_input({4, 5}, -1, 1, 2)}),
+            "");
 }
 
 TEST(LinalgGradcheck, MatmulTransposedOperands) {
@@ -75,7 +77,8 @@ TEST(LinalgGradcheck, LinearWithAndWithoutBias) {
 }
 
 TEST(LinalgGradcheck, OnlySomeInputsRequireGrad) {
-  Tensor x = uniform_input({3, 4}, kFloat64, 31), w = rand_input({5, 4}, -1, 1, 32), b = uniform_input({5}, kFloat64, 33);
+  Tensor x = uniform_input({3, 4}, kFloat64, 31), w = rand_input({5, 4}, -1, 1, 32),
+         b = uniform_input({5}, kFloat64, 33);
   Tensor y = linear(x, w, b);
   y.backward(ones({3, 5}, {.dtype = kFloat64}));
   EXPECT_TRUE(w.grad().defined());
@@ -121,8 +124,8 @@ TEST(LinalgHalfGrads, MatchFp32Gradients) {
       {"linear", [](const TL& x) { return linear(x[0], x[1], x[2]); }, {{4, 6, 32}, {12, 32}, {12}}},
   };
   for (const Case& c : cases) {
-    for (auto [dtype, path] : {std::pair{kBFloat16, Bf16Path::kNative}, {kBFloat16, Bf16Path::kFp32},
-                               {kFloat16, Bf16Path::kAuto}}) {
+    for (auto [dtype, path] :
+         {std::pair{kBFloat16, Bf16Path::kNative}, {kBFloat16, Bf16Path::kFp32}, {kFloat16, Bf16Path::kAuto}}) {
       SCOPED_TRACE(::testing::Message() << c.name << ", " << name(dtype) << ", " << path_name(path));
       Bf16PathGuard guard(path);
       TL values;

@@ -33,7 +33,8 @@ std::vector<std::vector<float>> run(bool fused, std::optional<DType> autocast_dt
 }
 
 TEST(GeluLinear, BitIdenticalToTheComposition) {
-  for (std::optional<DType> dt : {std::optional<DType>(), std::optional<DType>(kBFloat16), std::optional<DType>(kFloat16)}) {
+  for (std::optional<DType> dt :
+       {std::optional<DType>(), std::optional<DType>(kBFloat16), std::optional<DType>(kFloat16)}) {
     for (bool bias : {true, false}) {
       SCOPED_TRACE(std::string(dt ? name(*dt) : "fp32") + (bias ? " bias" : " no bias"));
       EXPECT_EQ(run(true, dt, bias), run(false, dt, bias));

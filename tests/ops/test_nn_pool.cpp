@@ -16,7 +16,9 @@ namespace {
 
 namespace F = nn::functional;
 
-Tensor arange_image(int64_t h, int64_t w) { return arange(0.0, static_cast<double>(h * w), 1.0, {.dtype = kFloat32}).reshape({1, 1, h, w}); }
+Tensor arange_image(int64_t h, int64_t w) {
+  return arange(0.0, static_cast<double>(h * w), 1.0, {.dtype = kFloat32}).reshape({1, 1, h, w});
+}
 
 TEST(MaxPool2d, KnownValues) {
   const Tensor x = arange_image(4, 4);  // 0..15 row-major
@@ -81,8 +83,9 @@ PoolRef max_pool_ref(const Tensor& x, const Tensor& gy, const F::Pool2dOptions& 
         }
         const int64_t out = (pl * OH + oh) * OW + ow;
         r.y[out] = best;
-        r.gx[at] = x.dtype() == kFloat64 ? r.gx[at] + gv[out]
-                                         : static_cast<float>(static_cast<float>(r.gx[at]) + static_cast<float>(gv[out]));
+        r.gx[at] = x.dtype() == kFloat64
+                       ? r.gx[at] + gv[out]
+                       : static_cast<float>(static_cast<float>(r.gx[at]) + static_cast<float>(gv[out]));
       }
     }
   }
@@ -106,7 +109,7 @@ Tensor awkward_input(const Shape& shape, uint64_t seed) {
   std::vector<float> v = rand(shape, {}, &g).reshape({-1}).to_vector<float>();
   for (float& e : v) {
     const int bucket = static_cast<int>(e * 64.0f);
-    e = bucket == 0 ? std::numeric_limits<float>::quiet_NaN()
+    e = bucket == 0   ? std::numeric_limits<float>::quiet_NaN()
         : bucket == 1 ? -std::numeric_limits<float>::infinity()
         : bucket == 2 ? std::numeric_limits<float>::infinity()
                       : static_cast<float>(bucket % 5) - 2.0f;
@@ -169,9 +172,11 @@ TEST(MaxPool2d, SixteenBitValuesAreCopiedBitForBit) {
 
 TEST(AvgPool2d, KnownValuesCountPadding) {
   const Tensor x = arange_image(4, 4);
-  EXPECT_EQ(F::avg_pool2d(x, {.kernel_h = 2, .kernel_w = 2}).to_vector<float>(), (std::vector<float>{2.5, 4.5, 10.5, 12.5}));
+  EXPECT_EQ(F::avg_pool2d(x, {.kernel_h = 2, .kernel_w = 2}).to_vector<float>(),
+            (std::vector<float>{2.5, 4.5, 10.5, 12.5}));
   // Corner window with padding 1 covers x[0..1, 0..1] = {0, 1, 4, 5}; the divisor counts padding: 9.
-  const Tensor y = F::avg_pool2d(x, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1});
+  const Tensor y =
+      F::avg_pool2d(x, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1});
   EXPECT_FLOAT_EQ(y.to_vector<float>()[0], 10.0f / 9.0f);
 }
 
@@ -202,8 +207,11 @@ TEST(Pool2d, HalfMatchesFp32) {
 
 TEST(Pool2d, Errors) {
   expect_error([] { F::max_pool2d(zeros({1, 4, 4}), {.kernel_h = 2, .kernel_w = 2}); }, {"max_pool2d", "[1, 4, 4]"});
-  expect_error([] { F::avg_pool2d(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .padding_h = 2}); },
-               {"avg_pool2d", "padding"});
+  expect_error(
+      [] {
+        F::avg_pool2d(zeros({1, 1, 4, 4}), {.kernel_h = 2, .kernel_w = 2, .padding_h = 2});
+      },
+      {"avg_pool2d", "padding"});
   expect_error([] { F::max_pool2d(zeros({1, 1, 2, 2}), {.kernel_h = 3, .kernel_w = 3}); }, {"max_pool2d", "larger"});
   expect_error([] { F::avg_pool2d(zeros({1, 1, 4, 4}), {.kernel_h = 0, .kernel_w = 2}); }, {"avg_pool2d", "kernel"});
 }

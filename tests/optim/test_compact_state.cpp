@@ -55,12 +55,10 @@ TEST(CompactState, PackedMasterFollowsTheFp32TrajectoryBitForBit) {
        }},
       {"SGD nesterov",
        [](const mt::Tensor& p, bool packed) {
-         return std::make_unique<optim::SGD>(std::vector<mt::Tensor>{p},
-                                             optim::SGDOptions{.lr = 0.1,
-                                                               .momentum = 0.9,
-                                                               .weight_decay = 0.01,
-                                                               .nesterov = true,
-                                                               .packed_master = packed});
+         return std::make_unique<optim::SGD>(
+             std::vector<mt::Tensor>{p},
+             optim::SGDOptions{
+                 .lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .packed_master = packed});
        }},
   };
   for (const auto& [kind, make] : kinds) {
@@ -214,7 +212,7 @@ TEST(CompactState, Bf16SecondMomentWouldStallWhileBf16FirstMomentTracks) {
     v16 = mt::bfloat16(b2 * static_cast<float>(v16) + (1.0f - b2) * g * g);
   }
   EXPECT_NEAR(m32, 2.0f, 1e-3f);
-  EXPECT_NEAR(v32, 4.0f, 0.05f);                         // 1 + 3 * (1 - 0.999^5000) = 3.98
+  EXPECT_NEAR(v32, 4.0f, 0.05f);                           // 1 + 3 * (1 - 0.999^5000) = 3.98
   EXPECT_NEAR(static_cast<float>(m16), 2.0f, 5.0f / 128);  // 5 ulps of [1, 2)
   EXPECT_NE(static_cast<float>(m16), 1.0f);
   EXPECT_EQ(static_cast<float>(v16), 1.0f);  // stalled
@@ -265,8 +263,8 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
     mt::DType dtype;
     bool master, packed;
   };
-  const std::vector<Layout> layouts = {{mt::kFloat32, false, false}, {mt::kBFloat16, true, false},
-                                       {mt::kBFloat16, true, true},  {mt::kFloat16, true, false},
+  const std::vector<Layout> layouts = {{mt::kFloat32, false, false},  {mt::kBFloat16, true, false},
+                                       {mt::kBFloat16, true, true},   {mt::kFloat16, true, false},
                                        {mt::kBFloat16, false, false}, {mt::kFloat16, false, false}};
   struct Variant {
     const char* name;
@@ -294,9 +292,8 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
           o.master_weights = l.master;
           o.packed_master = l.packed;
           o.exp_avg_dtype = m_dtype;
-          std::unique_ptr<optim::Adam> opt =
-              v.adamw ? std::make_unique<optim::AdamW>(std::vector<mt::Tensor>{p}, o)
-                      : std::make_unique<optim::Adam>(std::vector<mt::Tensor>{p}, o);
+          std::unique_ptr<optim::Adam> opt = v.adamw ? std::make_unique<optim::AdamW>(std::vector<mt::Tensor>{p}, o)
+                                                     : std::make_unique<optim::Adam>(std::vector<mt::Tensor>{p}, o);
           for (int t = 0; t < 3; ++t) {
             p.set_grad(mt::from_vector(values(n, 7 + t, 0.5), {n}, {.dtype = l.dtype}));
             if (v.inv_scale != 1.0f)

@@ -84,12 +84,11 @@ TEST_P(SteadyStateAllocations, NoSystemAllocationAfterWarmUp) {
   EXPECT_EQ(after.current_bytes, before.current_bytes) << mode.name << ": live bytes grow from step to step";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, SteadyStateAllocations,
-    ::testing::Values(Mode{"fp32", tr::Precision::kFP32, mt::kFloat32, false},
-                      Mode{"bf16", tr::Precision::kBF16, mt::kFloat32, false},
-                      Mode{"fp16", tr::Precision::kFP16, mt::kFloat32, false},
-                      Mode{"fp16_scaler", tr::Precision::kFP16, mt::kFloat32, true},
-                      Mode{"bf16_master", tr::Precision::kBF16, mt::kBFloat16, false},
-                      Mode{"fp16_master_scaler", tr::Precision::kFP16, mt::kFloat16, true}),
-    [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Modes, SteadyStateAllocations,
+                         ::testing::Values(Mode{"fp32", tr::Precision::kFP32, mt::kFloat32, false},
+                                           Mode{"bf16", tr::Precision::kBF16, mt::kFloat32, false},
+                                           Mode{"fp16", tr::Precision::kFP16, mt::kFloat32, false},
+                                           Mode{"fp16_scaler", tr::Precision::kFP16, mt::kFloat32, true},
+                                           Mode{"bf16_master", tr::Precision::kBF16, mt::kBFloat16, false},
+                                           Mode{"fp16_master_scaler", tr::Precision::kFP16, mt::kFloat16, true}),
+                         [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });

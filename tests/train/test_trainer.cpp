@@ -3,12 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <numbers>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -172,10 +171,9 @@ INSTANTIATE_TEST_SUITE_P(
                                  {.precision = tr::Precision::kFP16,
                                   .scaler_options = {.init_scale = 16777216.0, .growth_interval = 2}}},
                       ResumeCase{"bf16_master", {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16}},
-                      ResumeCase{"bf16_compact",
-                                 {.precision = tr::Precision::kBF16,
-                                  .param_dtype = mt::kBFloat16,
-                                  .compact_state = true}},
+                      ResumeCase{
+                          "bf16_compact",
+                          {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true}},
                       ResumeCase{"fp16_master",
                                  {.precision = tr::Precision::kFP16,
                                   .param_dtype = mt::kFloat16,
@@ -188,13 +186,18 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Trainer, CosineDecayFollowsItsFormulaAcrossAResume) {
   TempDir dir;
   std::vector<double> straight_lrs, resumed_lrs;
-  Snapshot straight = run({.max_steps = 9, .out_dir = dir.path(), .checkpoint_every = 4,
-                           .lr_decay = tr::LrDecay::kCosine, .lrs = &straight_lrs});
+  Snapshot straight = run({.max_steps = 9,
+                           .out_dir = dir.path(),
+                           .checkpoint_every = 4,
+                           .lr_decay = tr::LrDecay::kCosine,
+                           .lrs = &straight_lrs});
   ASSERT_EQ(straight_lrs.size(), 9u);
   for (int t = 0; t < 9; ++t)
     EXPECT_DOUBLE_EQ(straight_lrs[t], 1e-2 * 0.5 * (1.0 + std::cos(std::numbers::pi * t / 9.0))) << "step " << t;
-  Snapshot resumed = run({.max_steps = 9, .resume_from = dir.file("checkpoint-4.safetensors"),
-                          .lr_decay = tr::LrDecay::kCosine, .lrs = &resumed_lrs});
+  Snapshot resumed = run({.max_steps = 9,
+                          .resume_from = dir.file("checkpoint-4.safetensors"),
+                          .lr_decay = tr::LrDecay::kCosine,
+                          .lrs = &resumed_lrs});
   ASSERT_EQ(resumed_lrs.size(), 5u);
   for (int t = 0; t < 5; ++t) EXPECT_EQ(resumed_lrs[t], straight_lrs[4 + t]) << "step " << 4 + t;
   expect_identical(straight, resumed, "cosine decay resumed");
@@ -278,10 +281,11 @@ TEST(Trainer, CompactStateHoldsTwelveBytesPerParameter) {
   run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16},
        .max_steps = 2,
        .out_dir = dir.path()});
-  EXPECT_THROW(run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true},
-                    .max_steps = 3,
-                    .resume_from = dir.file("checkpoint.safetensors")}),
-               mt::Error);
+  EXPECT_THROW(
+      run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true},
+           .max_steps = 3,
+           .resume_from = dir.file("checkpoint.safetensors")}),
+      mt::Error);
 }
 
 TEST(Trainer, MasterWeightsNeedTheModelConvertedBeforeTheOptimizer) {

@@ -2,9 +2,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "mixtrain/memory.h"
-
 #include "commands.h"
+#include "mixtrain/memory.h"
 
 namespace mixtrain::cli {
 

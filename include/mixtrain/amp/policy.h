@@ -34,8 +34,8 @@ std::string_view policy_name(CastPolicy p);
 
 struct Rule {
   CastPolicy policy = CastPolicy::kInputDtype;
-  bool refuse_fp16 = false;       // throw under an fp16 region (binary_cross_entropy)
-  std::string_view refuse_hint;   // what to use instead
+  bool refuse_fp16 = false;      // throw under an fp16 region (binary_cross_entropy)
+  std::string_view refuse_hint;  // what to use instead
 };
 
 // Identifies an op in the policy table: a built-in OpId or an id returned by register_op().

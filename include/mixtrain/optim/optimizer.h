@@ -63,8 +63,8 @@ struct ParamGroupSpec {
 // The optimizer state of one parameter. Tensors are contiguous, shaped like the parameter, fp32
 // unless said otherwise, and undefined when unused.
 struct ParamState {
-  int64_t step = 0;        // updates applied to this parameter (skipped steps do not count)
-  Tensor master;           // fp32 master weight (16-bit parameter in master-weight mode (b))
+  int64_t step = 0;  // updates applied to this parameter (skipped steps do not count)
+  Tensor master;     // fp32 master weight (16-bit parameter in master-weight mode (b))
   // Packed mode (c), bf16 parameters: the lower 16 bits of the fp32 master, whose upper 16 bits are
   // the parameter's bits. Raw storage, not numbers: uint8, shape [numel, 2], one native-endian
   // uint16 per element. Never in a state_dict(), which holds the reconstructed fp32 `master`.

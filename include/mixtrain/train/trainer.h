@@ -133,7 +133,7 @@ struct TrainerOptions {
   LossFn loss_fn = default_loss;
 
   std::string model_name = "custom";  // recorded in summary.json and model.safetensors
-  std::string data_name;  // the data the run used (the CLI's --data spec), recorded in summary.json
+  std::string data_name;              // the data the run used (the CLI's --data spec), recorded in summary.json
   std::string augment_name = "none";  // names train_transform in summary.json ("flip", ...)
   int64_t flops_per_sample = 0;       // training FLOPs per sample; > 0 adds gflops to the summary
 
@@ -144,8 +144,8 @@ struct TrainerOptions {
 // The result of fit(), written to summary.json.
 struct TrainSummary {
   std::string model;
-  std::string data;     // TrainerOptions::data_name
-  std::string augment;  // TrainerOptions::augment_name
+  std::string data;       // TrainerOptions::data_name
+  std::string augment;    // TrainerOptions::augment_name
   std::string precision;  // "fp32", "bf16", "fp16"
   bool scaler = false;
   std::string master_weights;  // parameter dtype: "fp32", "bf16", "fp16"

@@ -36,8 +36,8 @@ inline int64_t n_limit(const Band& band, int64_t N, int64_t i1) {
 }
 
 template <typename F>
-void gemm_generic(int64_t M, int64_t N, int64_t K, const F* A, int64_t rsa, int64_t csa, const F* B, int64_t ldb,
-                  F* C, int64_t ldc, bool accumulate, const Band& band) {
+void gemm_generic(int64_t M, int64_t N, int64_t K, const F* A, int64_t rsa, int64_t csa, const F* B, int64_t ldb, F* C,
+                  int64_t ldc, bool accumulate, const Band& band) {
   for (int64_t i = 0; i < M; ++i) {
     F* c = C + i * ldc;
     const int64_t n = n_limit(band, N, i + 1);
@@ -128,8 +128,8 @@ TileFn tile_fn(int mr, int nv) {
   }
 }
 
-void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B,
-                 int64_t ldb, float* C, int64_t ldc, bool accumulate, const Band& band) {
+void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
+                 float* C, int64_t ldc, bool accumulate, const Band& band) {
   for (int64_t j0 = 0; j0 < N; j0 += 16 * kNv) {
     const int64_t nb = std::min<int64_t>(16 * kNv, N - j0);
     const int nv = static_cast<int>((nb + 15) / 16);

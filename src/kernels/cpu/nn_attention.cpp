@@ -176,8 +176,8 @@ struct AttentionBwd {
             widen(gop + (t0 + i) * p.o_strides[2], dOb + i * Dv, Dv);
           }
           const Band cols{.n_hi = p.causal ? t0 : kOff};
-          attn::gemm(rows, s_eff, D, Qb, D, 1, Kt, S, Pb, s_eff, false, cols);       // scores
-          attn::gemm(rows, s_eff, Dv, dOb, Dv, 1, Vt, S, dSb, s_eff, false, cols);   // dP
+          attn::gemm(rows, s_eff, D, Qb, D, 1, Kt, S, Pb, s_eff, false, cols);      // scores
+          attn::gemm(rows, s_eff, Dv, dOb, Dv, 1, Vt, S, dSb, s_eff, false, cols);  // dP
           for (int64_t i = 0; i < rows; ++i) {
             F* pr = Pb + i * s_eff;
             F* dr = dSb + i * s_eff;

@@ -294,8 +294,8 @@ void max_pool_general_fwd(const Tensor& x, const Tensor& y, const Tensor& argmax
   using F = opmath_t<T>;
   const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
   I* ap = argmax.data_ptr<I>();
-  for_planes<F>(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, x.data_ptr<T>(), H * W, y.data_ptr<T>(),
-                OH * OW, [&](const F* xr, F* yr, int64_t pl) {
+  for_planes<F>(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, x.data_ptr<T>(), H * W, y.data_ptr<T>(), OH * OW,
+                [&](const F* xr, F* yr, int64_t pl) {
                   I* ar = ap + pl * OH * OW;
                   for_windows(p, H, W, OH, OW, [&](int64_t o, const Window& win) {
                     F best = -std::numeric_limits<F>::infinity();

@@ -489,8 +489,7 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
     if (decoupled) x = vmul(x, decay);
     if (l2) g = vadd(g, vmul(wd, x));
     __m512 m = load16(m_all + i, k);
-    m = c.lerp_low ? vadd(m, vmul(w, vsub(g, m)))
-                   : vsub(g, vmul(vsub(g, m), one_minus_w));
+    m = c.lerp_low ? vadd(m, vmul(w, vsub(g, m))) : vsub(g, vmul(vsub(g, m), one_minus_w));
     store16(m_all + i, k, m);
     if constexpr (!std::is_same_v<M, float>) m = load16(m_all + i, k);  // the update reads m as stored
     __m512 v = _mm512_maskz_loadu_ps(k, v_all + i);
@@ -534,9 +533,9 @@ void check_step_tensors(const Tensors& t, const char* op) {
                      op, ": param/grad mismatch");
   MT_INTERNAL_ASSERT(!t.master.defined() || (t.master.dtype() == kFloat32 && t.master.numel() == t.param.numel()), op,
                      ": bad master");
-  MT_INTERNAL_ASSERT(!t.master_low.defined() || (!t.master.defined() && t.param.dtype() == kBFloat16 &&
-                                                 t.master_low.dtype() == kUInt8 && t.master_low.is_contiguous() &&
-                                                 t.master_low.numel() == 2 * t.param.numel()),
+  MT_INTERNAL_ASSERT(!t.master_low.defined() ||
+                         (!t.master.defined() && t.param.dtype() == kBFloat16 && t.master_low.dtype() == kUInt8 &&
+                          t.master_low.is_contiguous() && t.master_low.numel() == 2 * t.param.numel()),
                      op, ": bad packed master");
 }
 

@@ -28,6 +28,8 @@
 // 16-bit operands on the fp32 route are widened with mixtrain's converters (exact) into a plain fp32
 // chunk and then reordered, and outputs narrowed the same way: oneDNN 2.6's own f16 reorders are
 // reference loops (100x slower here) and its bf16 ones slower than convert + fp32 reorder.
+#include "kernels/conv.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -37,7 +39,6 @@
 #include <optional>
 #include <vector>
 
-#include "kernels/conv.h"
 #include "kernels/copy.h"
 #include "kernels/cpu/ref/linalg_ref.h"
 #include "kernels/linalg.h"
@@ -58,8 +59,8 @@ struct ConvKey {
   int64_t kind;
   int64_t N, C, H, W, O, KH, KW, Ho, Wo;
   int64_t sh, sw, ph, pw, dh, dw, groups;
-  int64_t dt;       // compute dtype of x, w, y and their gradients
-  int64_t bias_dt;  // -1: no bias; forward: the bias's compute dtype (gradients are always f32)
+  int64_t dt;             // compute dtype of x, w, y and their gradients
+  int64_t bias_dt;        // -1: no bias; forward: the bias's compute dtype (gradients are always f32)
   int64_t single_thread;  // 1: for one thread of a parallel region (run() by chunks), 0: all threads
 };
 
@@ -107,8 +108,9 @@ ConvArg make_arg(int arg, Role role, const memory::desc& plain_md, const memory:
     a.accumulate = dnnl::reorder(rpd);
     a.accumulate_pd = rpd;
   } else if (plain_md != prim_md) {
-    dnnl::reorder::primitive_desc rpd = output ? dnnl::reorder::primitive_desc(eng, prim_md, eng, plain_md, onednn::base_attr())
-                                               : dnnl::reorder::primitive_desc(eng, plain_md, eng, prim_md, onednn::base_attr());
+    dnnl::reorder::primitive_desc rpd =
+        output ? dnnl::reorder::primitive_desc(eng, prim_md, eng, plain_md, onednn::base_attr())
+               : dnnl::reorder::primitive_desc(eng, plain_md, eng, prim_md, onednn::base_attr());
     a.reorder = dnnl::reorder(rpd);
     a.reorder_pd = rpd;
   }
@@ -138,16 +140,16 @@ EntryPtr create(const ConvKey& k) {
   const auto f32 = memory::data_type::f32;
   const memory::dims src_dims{k.N, k.C, k.H, k.W}, dst_dims{k.N, k.O, k.Ho, k.Wo};
   const bool grouped = k.groups > 1;
-  const memory::dims wei_dims = grouped ? memory::dims{k.groups, k.O / k.groups, k.C / k.groups, k.KH, k.KW}
-                                        : memory::dims{k.O, k.C, k.KH, k.KW};
+  const memory::dims wei_dims =
+      grouped ? memory::dims{k.groups, k.O / k.groups, k.C / k.groups, k.KH, k.KW} : memory::dims{k.O, k.C, k.KH, k.KW};
   const tag wei_tag = grouped ? tag::goihw : tag::oihw;
   const memory::desc src_plain(src_dims, dt, tag::nchw), dst_plain(dst_dims, dt, tag::nchw);
   const memory::desc wei_plain(wei_dims, dt, wei_tag), wgrad_plain(wei_dims, f32, wei_tag);
   const memory::desc src_any(src_dims, dt, tag::any), dst_any(dst_dims, dt, tag::any), wei_any(wei_dims, dt, tag::any);
   const memory::desc wgrad_any(wei_dims, f32, tag::any);
   const bool has_bias = k.bias_dt >= 0;
-  const memory::desc bias_md = has_bias ? memory::desc({k.O}, static_cast<memory::data_type>(k.bias_dt), tag::x)
-                                        : memory::desc();
+  const memory::desc bias_md =
+      has_bias ? memory::desc({k.O}, static_cast<memory::data_type>(k.bias_dt), tag::x) : memory::desc();
   const memory::desc bgrad_md = has_bias ? memory::desc({k.O}, f32, tag::x) : memory::desc();
   // oneDNN counts dilation from 0 and wants the right padding that reproduces the output size;
   // PyTorch's floor rounding can make that negative, and clamping it to 0 gives the same output
@@ -178,7 +180,8 @@ EntryPtr create(const ConvKey& k) {
     }
     case ConvKind::kBackwardData: {
       using bwd = dnnl::convolution_backward_data;
-      bwd::primitive_desc pd(bwd::desc(algo, src_any, wei_any, dst_any, strides, dilates, pad_l, pad_r), attr, eng, fpd);
+      bwd::primitive_desc pd(bwd::desc(algo, src_any, wei_any, dst_any, strides, dilates, pad_l, pad_r), attr, eng,
+                             fpd);
       e.pd = pd;
       e.prim = bwd(pd);
       e.args.push_back(make_arg(DNNL_ARG_DIFF_DST, Role::kBatchIn, dst_plain, pd.diff_dst_desc()));
@@ -203,9 +206,7 @@ EntryPtr create(const ConvKey& k) {
   return ep;
 }
 
-bool use_fp32_route(DType dtype) {
-  return dtype == kFloat16 || (dtype == kBFloat16 && bf16_path() == Bf16Path::kFp32);
-}
+bool use_fp32_route(DType dtype) { return dtype == kFloat16 || (dtype == kBFloat16 && bf16_path() == Bf16Path::kFp32); }
 
 // The dtype the primitives compute in for tensors of `dtype`.
 DType compute_dtype(DType dtype) { return use_fp32_route(dtype) ? kFloat32 : dtype; }
@@ -237,7 +238,6 @@ int64_t images_per_chunk(const ConvKey& k) {
   const int64_t chunks = (k.N + per - 1) / per;
   return (k.N + chunks - 1) / chunks;
 }
-
 
 // A scratch byte buffer of at least `bytes`, reusing `buf` when it is large enough.
 void* scratch(Tensor& buf, size_t bytes) {
@@ -327,7 +327,8 @@ memory prepare_input(const ConvArg& a, const Tensor& t, Job::Buffers& b, SharedI
 memory prepare_output(const ConvArg& a, const Tensor& t, Job::Buffers& b) {
   auto& eng = onednn::engine();
   if (a.reorder) return memory(a.prim_md, eng, scratch(b.prim, a.prim_md.get_size()));
-  if (t.dtype() != plain_dtype(a)) return memory(a.plain_md, eng, scratch(b.stage, t.shape(), plain_dtype(a)).raw_data());
+  if (t.dtype() != plain_dtype(a))
+    return memory(a.plain_md, eng, scratch(b.stage, t.shape(), plain_dtype(a)).raw_data());
   return memory(a.plain_md, eng, t.raw_data());
 }
 
@@ -344,7 +345,7 @@ void finish_output(const ConvArg& a, const memory& written, const Tensor& t, Job
 
 // The state of one thread running chunks: per job and argument its buffers, and its shared inputs.
 struct ChunkState {
-  std::vector<std::vector<Job::Buffers>> bufs;  // [job][arg]
+  std::vector<std::vector<Job::Buffers>> bufs;        // [job][arg]
   std::vector<std::unordered_map<int, memory>> args;  // [job]
   std::vector<SharedInput> shared;
 };
@@ -416,13 +417,15 @@ void run(std::vector<Job>& jobs) {
       std::unordered_map<int, memory>& params = pass == 0 ? j.params : j.last_params;
       for (size_t i = 0; i < e->args.size(); ++i) {
         const ConvArg& a = e->args[i];
-        if (a.role == Role::kParamIn) params[a.arg] = prepare_input(a, *j.tensors[i], param_bufs.emplace_back(), nullptr);
+        if (a.role == Role::kParamIn)
+          params[a.arg] = prepare_input(a, *j.tensors[i], param_bufs.emplace_back(), nullptr);
       }
     }
     if (last_n == per) j.last_entry = j.entry, j.last_params = j.params;
     j.partials.resize(j.tensors.size());
     for (size_t i = 0; i < j.tensors.size(); ++i)
-      if (j.entry->args[i].role == Role::kParamOut) j.partials[i] = Tensor::empty({chunks, j.tensors[i]->numel()}, kFloat32);
+      if (j.entry->args[i].role == Role::kParamOut)
+        j.partials[i] = Tensor::empty({chunks, j.tensors[i]->numel()}, kFloat32);
   }
 
   std::vector<ChunkState> states(by_chunk ? threads : 1);
@@ -476,8 +479,10 @@ bool degenerate(const Tensor& x, const Tensor& w, const Tensor& y) {
 void forward_onednn(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Conv2dGeometry& g) {
   if (degenerate(x, w, y)) return ref::conv2d_forward(x, w, bias, y, g);
   std::vector<Job> jobs(1);
-  jobs[0].key = make_key(ConvKind::kForward, x.shape(), w.shape(), y.shape(), g, compute_dtype(x.dtype()), bias.defined());
-  jobs[0].tensors = bias.defined() ? std::vector<const Tensor*>{&x, &w, &bias, &y} : std::vector<const Tensor*>{&x, &w, &y};
+  jobs[0].key =
+      make_key(ConvKind::kForward, x.shape(), w.shape(), y.shape(), g, compute_dtype(x.dtype()), bias.defined());
+  jobs[0].tensors =
+      bias.defined() ? std::vector<const Tensor*>{&x, &w, &bias, &y} : std::vector<const Tensor*>{&x, &w, &y};
   run(jobs);
 }
 

@@ -112,7 +112,7 @@ EntryPtr create(const MatmulKey& key, const Layout& a, const Layout& b, const Te
 
 // Looks up (or creates) the primitive for these operands; `a`/`b` layouts already described.
 EntryPtr lookup(const Layout& a, const Layout& b, const Tensor& a_t, const Tensor& b_t, const Tensor& bias,
-                   const Tensor& out) {
+                const Tensor& out) {
   MatmulKey key{};
   key.rank = out.dim();
   key.a_dt = static_cast<int64_t>(onednn::to_dnnl(a_t.dtype()));

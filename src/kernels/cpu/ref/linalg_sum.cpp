@@ -68,9 +68,9 @@ void sum_rows_unit_stride(const Tensor& x, const Tensor& out) {
 }  // namespace
 
 void sum_rows(const Tensor& x, const Tensor& out) {
-  MT_INTERNAL_ASSERT(x.dim() == 2 && out.dim() == 1 && out.size(0) == x.size(1) && out.is_contiguous() &&
-                     (out.dtype() == x.dtype() ||
-                      (x.dtype() == kFloat32 && (out.dtype() == kFloat16 || out.dtype() == kBFloat16))));
+  MT_INTERNAL_ASSERT(
+      x.dim() == 2 && out.dim() == 1 && out.size(0) == x.size(1) && out.is_contiguous() &&
+      (out.dtype() == x.dtype() || (x.dtype() == kFloat32 && (out.dtype() == kFloat16 || out.dtype() == kBFloat16))));
   const int64_t rows = x.size(0), cols = x.size(1), sr = x.stride(0), sc = x.stride(1);
   if (sc == 1 || cols == 1) {
     switch (x.dtype()) {
