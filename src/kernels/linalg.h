@@ -26,11 +26,6 @@ namespace mixtrain::kernels {
 using MatmulFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
 const DispatchTable<MatmulFn>& matmul_kernel();
 
-// True when matmuls of `dtype` run on the fp32 route (fp16 always; bf16 where bf16_path() is
-// kFp32): callers that feed one 16-bit operand to several products can widen it once and pass the
-// fp32 copy to matmul_fp32_route.
-bool matmul_uses_fp32_route(DType dtype);
-
 // The fp32 route with mixed operand dtypes: a, b (and bias) may each be fp32, bf16 or fp16; 16-bit
 // operands are widened exactly to fp32, the fp32 kernel runs and the result is rounded once into
 // out's dtype (fp32, bf16 or fp16). Shapes and strides as for MatmulFn. The numerics equal those
@@ -57,6 +52,11 @@ void sum_to_size(const Tensor& x, const Tensor& out);
 enum class Bf16Path : uint8_t { kAuto, kNative, kFp32 };
 void set_bf16_path(Bf16Path path);
 Bf16Path bf16_path();  // the resolved path: kNative or kFp32
+
+// True when matmuls and convolutions of `dtype` run on the fp32 route: fp16 always (oneDNN 2.6 has
+// no f16 CPU kernels), bf16 where bf16_path() is kFp32. Callers that feed one 16-bit operand to
+// several products can widen it once and pass the fp32 copy to matmul_fp32_route.
+bool uses_fp32_route(DType dtype);
 
 // oneDNN primitive caches (matmul and conv), shared counters: primitives created (cache misses)
 // and cache hits since the process started.

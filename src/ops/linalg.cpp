@@ -210,30 +210,21 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     autograd::record("linear", {x, w, b}, out, [=](const TensorList& grads) {
       Tensor g = to_dtype(grads[0], dt).reshape({rows, out_features});
       TensorList result(3);
-      if (kernels::matmul_uses_fp32_route(dt) && g.numel() > 0) {
-        // The output gradient feeds both products and the bias sum: widen it to fp32 once instead
-        // of once per product (the bias sum of the exact fp32 copy is the same sum).
-        Tensor g32 = g.to(kFloat32);
-        if (need_x) {
-          Tensor gx = Tensor::empty({rows, in}, dt, g.device());
-          kernels::matmul_fp32_route(g32, sw.unpack("linear"), Tensor(), gx);
-          result[0] = gx.reshape(x_shape);
-        }
-        if (need_w) {
-          result[1] = Tensor::empty({out_features, in}, dt, g.device());
-          kernels::matmul_fp32_route(g32.t(), sx.unpack("linear"), Tensor(), result[1]);
-        }
-        if (need_b) {
-          result[2] = Tensor::empty({out_features}, dt, g.device());
-          kernels::sum_rows(g32, result[2]);
-        }
-        return result;
-      }
-      if (need_x) result[0] = mm(g, sw.unpack("linear")).reshape(x_shape);
-      if (need_w) result[1] = mm(g.t(), sx.unpack("linear"));
+      // On the fp32 route the output gradient feeds both products and the bias sum: widen it once
+      // instead of once per product (the bias sum of the exact fp32 copy is the same sum).
+      const bool route = kernels::uses_fp32_route(dt) && g.numel() > 0;
+      const Tensor gp = route ? g.to(kFloat32) : g;
+      auto product = [&](const Tensor& a, const Tensor& b) {
+        if (!route) return mm(a, b);
+        Tensor o = Tensor::empty({a.size(0), b.size(1)}, dt, g.device());
+        kernels::matmul_fp32_route(a, b, Tensor(), o);
+        return o;
+      };
+      if (need_x) result[0] = product(gp, sw.unpack("linear")).reshape(x_shape);
+      if (need_w) result[1] = product(gp.t(), sx.unpack("linear"));
       if (need_b) {
         result[2] = Tensor::empty({out_features}, dt, g.device());
-        kernels::sum_rows(g, result[2]);
+        kernels::sum_rows(gp, result[2]);
       }
       return result;
     });

@@ -147,7 +147,7 @@ TEST(LinalgHalfGrads, LinearOnTheFp32RouteEqualsSeparateProducts) {
   for (DType dt : {kBFloat16, kFloat16}) {
     SCOPED_TRACE(name(dt));
     Bf16PathGuard guard(Bf16Path::kFp32);
-    ASSERT_TRUE(kernels::matmul_uses_fp32_route(dt));
+    ASSERT_TRUE(kernels::uses_fp32_route(dt));
     Tensor x = uniform_input({3, 13, 40}, dt, 70).requires_grad_();
     Tensor w = uniform_input({300, 40}, dt, 71).requires_grad_();
     Tensor b = uniform_input({300}, dt, 72).requires_grad_();

@@ -94,6 +94,10 @@ std::atomic<int> g_bf16_path{-1};  // -1: not resolved yet
 
 }  // namespace
 
+bool uses_fp32_route(DType dtype) {
+  return dtype == kFloat16 || (dtype == kBFloat16 && bf16_path() == Bf16Path::kFp32);
+}
+
 void set_bf16_path(Bf16Path path) {
   g_bf16_path.store(path == Bf16Path::kAuto ? static_cast<int>(resolve_bf16_path()) : static_cast<int>(path));
 }

@@ -206,10 +206,8 @@ EntryPtr create(const ConvKey& k) {
   return ep;
 }
 
-bool use_fp32_route(DType dtype) { return dtype == kFloat16 || (dtype == kBFloat16 && bf16_path() == Bf16Path::kFp32); }
-
 // The dtype the primitives compute in for tensors of `dtype`.
-DType compute_dtype(DType dtype) { return use_fp32_route(dtype) ? kFloat32 : dtype; }
+DType compute_dtype(DType dtype) { return uses_fp32_route(dtype) ? kFloat32 : dtype; }
 
 // The key of a `kind` primitive computing in `cdt`; bias: whether there is one.
 ConvKey make_key(ConvKind kind, const Shape& x, const Shape& w, const Shape& y, const Conv2dGeometry& g, DType cdt,

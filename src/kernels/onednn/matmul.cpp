@@ -218,10 +218,6 @@ const DispatchTable<MatmulFn>& matmul_kernel() {
   return table;
 }
 
-bool matmul_uses_fp32_route(DType dtype) {
-  return dtype == kFloat16 || (dtype == kBFloat16 && bf16_path() == Bf16Path::kFp32);
-}
-
 void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
   MT_INTERNAL_ASSERT(is_route_dtype(a.dtype()) && is_route_dtype(b.dtype()) && is_route_dtype(out.dtype()) &&
                          (!bias.defined() || is_route_dtype(bias.dtype())),
