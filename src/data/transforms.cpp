@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "mixtrain/error.h"
-#include "mixtrain/half.h"
 #include "mixtrain/random.h"
 
 namespace mixtrain::data {
@@ -14,9 +14,10 @@ namespace {
 // Keeps the flip draws apart from the DataLoader's shuffle, which keys Philox with the bare seed.
 constexpr uint64_t kFlipKeySalt = 0x666c69702d6c7231ull;  // "flip-lr1"
 
-template <typename T>
-void mirror_rows(Tensor& x, int64_t sample, int64_t row_count, int64_t width) {
-  T* base = x.data_ptr<T>() + sample * row_count * width;
+// Mirroring moves whole elements, so only their width matters: W is an unsigned type of that size.
+template <typename W>
+void mirror_rows(void* data, int64_t sample, int64_t row_count, int64_t width) {
+  W* base = static_cast<W*>(data) + sample * row_count * width;
   for (int64_t r = 0; r < row_count; ++r) std::reverse(base + r * width, base + (r + 1) * width);
 }
 
@@ -41,13 +42,9 @@ BatchTransform random_horizontal_flip(uint64_t seed, double p) {
     const int64_t rows = B == 0 || width == 0 ? 0 : x.numel() / (B * width);
     for (int64_t i = 0; i < B; ++i) {
       if (!flips_sample(seed, p, epoch, indices[static_cast<size_t>(i)])) continue;
-      switch (x.dtype()) {
-        case DType::kFloat32: mirror_rows<float>(x, i, rows, width); break;
-        case DType::kFloat64: mirror_rows<double>(x, i, rows, width); break;
-        case DType::kBFloat16: mirror_rows<bfloat16>(x, i, rows, width); break;
-        case DType::kFloat16: mirror_rows<float16>(x, i, rows, width); break;
-        default: MT_FAIL("random_horizontal_flip: unsupported dtype ", x.dtype());
-      }
+      if (x.element_size() == 2) mirror_rows<uint16_t>(x.raw_data(), i, rows, width);
+      if (x.element_size() == 4) mirror_rows<uint32_t>(x.raw_data(), i, rows, width);
+      if (x.element_size() == 8) mirror_rows<uint64_t>(x.raw_data(), i, rows, width);
     }
   };
 }

@@ -91,6 +91,9 @@ TEST(RandomHorizontalFlip, ProbabilityEndsAndDtypes) {
   md::Batch half{numbered_batch(32, 2, 3).input.to(mt::kBFloat16), mt::zeros({32}, {.dtype = mt::kInt64})};
   md::random_horizontal_flip(1, 1.0)(half, idx, 0);
   EXPECT_EQ(half.input.to(mt::kFloat32).to_vector<float>(), a);
+  md::Batch wide{numbered_batch(32, 2, 3).input.to(mt::kFloat64), mt::zeros({32}, {.dtype = mt::kInt64})};
+  md::random_horizontal_flip(1, 1.0)(wide, idx, 0);
+  EXPECT_EQ(wide.input.to(mt::kFloat32).to_vector<float>(), a);
 }
 
 TEST(RandomHorizontalFlip, RefusesBadArguments) {

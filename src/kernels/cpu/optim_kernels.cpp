@@ -553,17 +553,24 @@ void run_step(const std::vector<Tensors>& tensors, ChunkFn&& chunk_fn) {
   });
 }
 
+// The element counts of gradient tensors for make_chunks; `what` names the operation in the error
+// for a tensor that is not float32, float16, bfloat16 or float64.
+std::vector<int64_t> floating_numels(const std::vector<Tensor>& tensors, const char* what) {
+  std::vector<int64_t> numels;
+  numels.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    MT_CHECK(t.is_floating_point(), what, " of gradients: expected float32, float16, bfloat16 or float64, got ",
+             describe(t));
+    numels.push_back(t.numel());
+  }
+  return numels;
+}
+
 }  // namespace
 
 int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float factor) {
-  std::vector<int64_t> numels;
-  for (const Tensor& t : tensors) {
-    MT_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat16 || t.dtype() == kBFloat16 || t.dtype() == kFloat64,
-             "scale/unscale of gradients: expected float32, float16, bfloat16 or float64, got ", describe(t));
-    numels.push_back(t.numel());
-  }
   int64_t total = 0;
-  std::vector<Chunk> chunks = make_chunks(numels, &total);
+  std::vector<Chunk> chunks = make_chunks(floating_numels(tensors, "scale/unscale"), &total);
   std::vector<uint8_t> bad(chunks.size(), 0);
   run_chunks(chunks, total, [&](int64_t i, const Chunk& c) {
     const Tensor& t = tensors[c.tensor];
@@ -583,14 +590,8 @@ int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float f
 
 std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors, double p) {
   MT_CHECK(p > 0 && !std::isnan(p), "norm: norm_type must be > 0 or inf, got ", p);
-  std::vector<int64_t> numels;
-  for (const Tensor& t : tensors) {
-    MT_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat16 || t.dtype() == kBFloat16 || t.dtype() == kFloat64,
-             "norm of gradients: expected a floating-point tensor, got ", describe(t));
-    numels.push_back(t.numel());
-  }
   int64_t total = 0;
-  std::vector<Chunk> chunks = make_chunks(numels, &total);
+  std::vector<Chunk> chunks = make_chunks(floating_numels(tensors, "norm"), &total);
   std::vector<float> partial(chunks.size(), 0.0f);
   run_chunks(chunks, total, [&](int64_t i, const Chunk& c) {
     const Tensor& t = tensors[c.tensor];
