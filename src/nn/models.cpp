@@ -124,7 +124,12 @@ std::shared_ptr<Module> make_model(const std::string& name, uint64_t seed) {
   if (info.name == "mlp") return make_mlp(512, 256, &g);
   if (info.name == "mlp-wide") return make_mlp(1024, 1024, &g);
   if (info.name == "cnn") return make_cnn(&g);
-  return std::make_shared<GPT>(GPTConfig{}, &g);
+  return make_gpt(GPTConfig{}, seed);
+}
+
+std::shared_ptr<Module> make_gpt(const GPTConfig& config, uint64_t seed) {
+  Generator g(seed);
+  return std::make_shared<GPT>(config, &g);
 }
 
 }  // namespace mixtrain::nn

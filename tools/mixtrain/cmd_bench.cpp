@@ -53,13 +53,7 @@ int run_bench(const BenchArgs& b) {
   }
   LoadedData data = load_data(spec, info, a.seed);
 
-  std::shared_ptr<nn::Module> model;
-  if (b.embed > 0) {
-    Generator g(a.seed);  // as make_model: the same seed gives the same initialisation
-    model = std::make_shared<nn::GPT>(gpt_config, &g);
-  } else {
-    model = nn::make_model(a.model, a.seed);
-  }
+  std::shared_ptr<nn::Module> model = b.embed > 0 ? nn::make_gpt(gpt_config, a.seed) : nn::make_model(a.model, a.seed);
   train::TrainerOptions o = trainer_options(a, precision, train::parse_param_dtype(a.master_weights));
   o.flops_per_sample = info.flops_per_sample;
   o.max_steps = b.warmup + a.steps;

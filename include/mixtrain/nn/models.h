@@ -57,5 +57,8 @@ ModelInfo gpt_model_info(const GPTConfig& config);
 // Builds the model with its PyTorch-default initialisation drawn from Generator(seed): the same
 // name and seed give bit-identical parameters on every machine and thread count.
 std::shared_ptr<Module> make_model(const std::string& name, uint64_t seed = 0);
+// A GPT of any configuration, initialised from Generator(seed) as make_model("gpt", seed) is for
+// the default one (describe it with gpt_model_info).
+std::shared_ptr<Module> make_gpt(const GPTConfig& config, uint64_t seed = 0);
 
 }  // namespace mixtrain::nn
