@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 # The recipe of `mixtrain compare --model cnn --epochs 5` in PyTorch, fp32, one thread: AdamW 1e-3,
-# weight decay 0.01, batch 128, normalisation 0.2860/0.3530, and either cosine decay per step (the
-# CLI's default) or a constant lr. Prints test accuracy per epoch, to compare with mixtrain's.
+# weight decay 0.01, batch 128, normalisation 0.2860/0.3530, and either cosine decay per step to
+# MIN_FACTOR x the lr (the CLI's default: --lr-decay cosine --lr-min-factor 0.1) or a constant lr.
+# Prints test accuracy per epoch, to compare with mixtrain's.
 # Recipe variants for comparison: a third argument "flip" mirrors each training image left-right
 # with probability 1/2 (like the CLI's --augment flip); a fourth sets cross-entropy label smoothing.
-# Usage: /usr/bin/python3 bench/pytorch_fashion_cnn.py [SEED] [cosine|constant] [none|flip] [SMOOTHING]  (Debian python3-torch)
+# Usage: /usr/bin/python3 bench/pytorch_fashion_cnn.py [SEED] [cosine|constant] [none|flip] [SMOOTHING] [MIN_FACTOR]
+# (Debian python3-torch)
 import math, sys, time
 sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
 import numpy as np, torch
@@ -14,6 +16,7 @@ seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 decay = sys.argv[2] if len(sys.argv) > 2 else "cosine"
 augment = sys.argv[3] if len(sys.argv) > 3 else "none"
 smoothing = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+min_factor = float(sys.argv[5]) if len(sys.argv) > 5 else 0.1
 torch.manual_seed(seed); torch.set_num_threads(1)
 d = "/usr/share/datasets/fashion-mnist/"
 def load(prefix):
@@ -30,7 +33,8 @@ for epoch in range(5):
     for i in range(0, 60000, 128):
         idx = perm[i:i + 128]
         if decay == "cosine":
-            for g in opt.param_groups: g["lr"] = 1e-3 * 0.5 * (1 + math.cos(math.pi * step / total))
+            cos = 0.5 * (1 + math.cos(math.pi * step / total))
+            for g in opt.param_groups: g["lr"] = 1e-3 * (min_factor + (1 - min_factor) * cos)
         xb = xtr[idx]
         if augment == "flip":
             mirror = torch.rand(xb.shape[0]) < 0.5

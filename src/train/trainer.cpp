@@ -182,6 +182,8 @@ Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data:
   MT_CHECK(options_.max_steps >= 0, "Trainer: max_steps must be >= 0, got ", options_.max_steps);
   MT_CHECK(options_.checkpoint_every >= 0, "Trainer: checkpoint_every must be >= 0, got ", options_.checkpoint_every);
   MT_CHECK(options_.log_every >= 1, "Trainer: log_every must be >= 1, got ", options_.log_every);
+  MT_CHECK(options_.lr_min_factor >= 0.0 && options_.lr_min_factor <= 1.0,
+           "Trainer: lr_min_factor must be in [0, 1], got ", options_.lr_min_factor);
   MT_CHECK(options_.eval_batch_size >= 1, "Trainer: eval_batch_size must be >= 1, got ", options_.eval_batch_size);
   MT_CHECK(options_.loss_fn != nullptr, "Trainer: loss_fn is empty");
   MT_CHECK(loader_.size() > 0, "Trainer: the training set (", train_data_->size(), " examples) holds no full batch of ",
@@ -231,7 +233,8 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     optimizer_->set_lr(options_.lr_schedule(step_));
   } else if (options_.lr_decay == LrDecay::kCosine) {
     const double progress = static_cast<double>(step_) / static_cast<double>(total_steps());
-    optimizer_->set_lr(base_lr_ * 0.5 * (1.0 + std::cos(std::numbers::pi * progress)));
+    const double f = options_.lr_min_factor;
+    optimizer_->set_lr(base_lr_ * (f + (1.0 - f) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress))));
   }
   optimizer_->zero_grad();
   Tensor loss;

@@ -16,6 +16,7 @@
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/nn/modules.h"
 #include "mixtrain/train/trainer.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
 namespace tr = mixtrain::train;
@@ -64,6 +65,7 @@ struct RunSpec {
   int64_t checkpoint_every = 0;
   uint64_t init_seed = 1;
   tr::LrDecay lr_decay = tr::LrDecay::kConstant;
+  double lr_min_factor = 0.0;
   std::vector<double>* lrs = nullptr;  // receives each step's lr
 };
 
@@ -79,6 +81,7 @@ Snapshot run(const RunSpec& spec) {
   o.checkpoint_every = spec.checkpoint_every;
   o.timing_warmup_steps = 0;
   o.lr_decay = spec.lr_decay;
+  o.lr_min_factor = spec.lr_min_factor;
   if (spec.lrs) o.on_step = [lrs = spec.lrs](const tr::StepInfo& info) { lrs->push_back(info.lr); };
   tr::Trainer trainer(*model, tr::adamw(1e-2, 0.01), train_set(), &eval_set(), o);
   Snapshot s;
@@ -201,6 +204,27 @@ TEST(Trainer, CosineDecayFollowsItsFormulaAcrossAResume) {
   ASSERT_EQ(resumed_lrs.size(), 5u);
   for (int t = 0; t < 5; ++t) EXPECT_EQ(resumed_lrs[t], straight_lrs[4 + t]) << "step " << 4 + t;
   expect_identical(straight, resumed, "cosine decay resumed");
+}
+
+// lr_min_factor raises the floor of the cosine: lr_0 at step 0, lr_0 * f after the last step.
+TEST(Trainer, CosineDecayEndsAtItsMinFactor) {
+  std::vector<double> lrs;
+  run({.max_steps = 9, .lr_decay = tr::LrDecay::kCosine, .lr_min_factor = 0.25, .lrs = &lrs});
+  ASSERT_EQ(lrs.size(), 9u);
+  for (int t = 0; t < 9; ++t)
+    EXPECT_DOUBLE_EQ(lrs[t], 1e-2 * (0.25 + 0.75 * 0.5 * (1.0 + std::cos(std::numbers::pi * t / 9.0)))) << "step " << t;
+  EXPECT_DOUBLE_EQ(lrs[0], 1e-2);
+  EXPECT_GT(lrs[8], 0.25e-2);  // the last step is one step short of the floor
+}
+
+TEST(Trainer, LrMinFactorOutsideZeroToOneIsRefused) {
+  for (double f : {-0.1, 1.5}) {
+    auto model = tiny_model(1);
+    tr::TrainerOptions o;
+    o.lr_decay = tr::LrDecay::kCosine;
+    o.lr_min_factor = f;
+    EXPECT_MT_ERROR(tr::Trainer(*model, tr::adamw(), train_set(), nullptr, o), "lr_min_factor must be in [0, 1]");
+  }
 }
 
 TEST(Trainer, Fp16HugeScaleSkipsAndBacksOff) {

@@ -122,8 +122,12 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
     app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
-    app.add_option("--lr-decay", a.lr_decay, "Learning-rate decay over the run: cosine (to 0) or constant")
+    app.add_option("--lr-decay", a.lr_decay,
+                   "Learning-rate decay over the run: cosine (to --lr-min-factor x --lr) or constant")
         ->check(CLI::IsMember({"cosine", "constant"}))
+        ->capture_default_str();
+    app.add_option("--lr-min-factor", a.lr_min_factor, "Where cosine decay ends, as a fraction of --lr (0: decay to 0)")
+        ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
     app.add_option("--augment", a.augment,
                    "Training-image augmentation: flip (mirror left-right with probability 1/2, drawn per "
@@ -236,6 +240,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.resume_from = a.resume;
   o.log_every = a.log_every;
   o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
+  o.lr_min_factor = a.lr_min_factor;
   o.model_name = a.model;
   o.data_name = a.data;
   o.augment_name = a.augment;
@@ -245,6 +250,13 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.
   o.eval_batch_size = info.task == nn::ModelTask::kLanguageModel ? 64 : 500;
   return o;
+}
+
+std::string describe_lr_decay(const RunArgs& a) {
+  if (a.lr_decay == "constant") return "constant";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "cosine decay to %gx", a.lr_min_factor);
+  return buf;
 }
 
 std::string human_bytes(double bytes) {

@@ -43,6 +43,7 @@ struct RunArgs {
   double lr = 1e-3;
   double weight_decay = 0.01;
   std::string lr_decay = "cosine";
+  double lr_min_factor = 0.1;  // --lr-min-factor: where cosine decay ends, as a fraction of --lr
   std::string augment = "none";
   uint64_t seed = 0;
   int threads = 0;  // 0: every core
@@ -88,5 +89,8 @@ train::TrainerOptions trainer_options(const RunArgs& args, train::Precision prec
 
 // "1.23 MiB"
 std::string human_bytes(double bytes);
+
+// The learning-rate decay as the run logs and reports name it: "cosine decay to 0.1x" or "constant".
+std::string describe_lr_decay(const RunArgs& a);
 
 }  // namespace mixtrain::cli

@@ -196,10 +196,11 @@ int run_compare(const CompareArgs& in) {
   const nn::ModelInfo& info = nn::model_info(a.model);
 
   LoadedData data = load_data(spec, info, a.seed);
-  std::printf("mixtrain compare: %s (%lld parameters) on %s; batch %lld, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
-              a.model.c_str(), static_cast<long long>(info.num_parameters), describe(spec).c_str(),
-              static_cast<long long>(a.batch_size), a.lr, a.lr_decay.c_str(), a.weight_decay,
-              static_cast<unsigned long long>(a.seed), threads);
+  std::printf(
+      "mixtrain compare: %s (%lld parameters) on %s; batch %lld, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
+      a.model.c_str(), static_cast<long long>(info.num_parameters), describe(spec).c_str(),
+      static_cast<long long>(a.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
+      static_cast<unsigned long long>(a.seed), threads);
   std::fflush(stdout);
 
   std::vector<Row> rows;
@@ -224,8 +225,8 @@ int run_compare(const CompareArgs& in) {
   md << "# mixtrain compare: " << a.model << " on " << describe(spec) << "\n\n"
      << "Same model initialisation, data order and seed in every precision. " << rows[0].s.steps
      << (rows[0].s.steps == 1 ? " step (" : " steps (") << fmt("%.2f", rows[0].s.epochs) << " epochs), batch "
-     << a.batch_size << ", AdamW lr " << a.lr << " (" << a.lr_decay << " decay) weight decay " << a.weight_decay << ", seed " << a.seed << ", "
-     << threads << " threads, "
+     << a.batch_size << ", AdamW lr " << a.lr << " (" << describe_lr_decay(a) << ") weight decay " << a.weight_decay
+     << ", seed " << a.seed << ", " << threads << " threads, "
      << (a.master_weights == "same" ? "16-bit parameters with fp32 masters" : "fp32 parameters through autocast")
      << ".\n\n"
      << markdown_table(cells) << "\n"

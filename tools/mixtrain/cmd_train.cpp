@@ -78,7 +78,7 @@ int run_train(const RunArgs& in) {
               static_cast<long long>(data.train->size()));
   std::printf("precision %s (scaler %s, %s parameters), batch %lld, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
               a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(),
-              static_cast<long long>(a.batch_size), a.lr, a.lr_decay.c_str(), a.weight_decay,
+              static_cast<long long>(a.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
               static_cast<unsigned long long>(a.seed), threads);
   if (!a.resume.empty()) std::printf("resuming from %s\n", a.resume.c_str());
   std::fflush(stdout);

@@ -128,8 +128,11 @@ struct TrainerOptions {
   // lr for the 0-based global step, set before each step (a closed form, so resume needs no state).
   std::function<double(int64_t step)> lr_schedule;
   // Without lr_schedule: kCosine decays the optimizer's initial lr (group 0's, applied to every
-  // group) to 0 over the run, lr_t = lr_0 * (1 + cos(pi * t / total_steps())) / 2; kConstant keeps it.
+  // group) to lr_min_factor * lr_0 over the run,
+  //   lr_t = lr_0 * (f + (1 - f) * (1 + cos(pi * t / total_steps())) / 2),  f = lr_min_factor
+  // (f = 0 is PyTorch's CosineAnnealingLR with eta_min 0); kConstant keeps it.
   LrDecay lr_decay = LrDecay::kConstant;
+  double lr_min_factor = 0.0;  // in [0, 1]
   LossFn loss_fn = default_loss;
 
   std::string model_name = "custom";  // recorded in summary.json and model.safetensors
