@@ -153,6 +153,8 @@ std::string TrainSummary::to_json(int indent) const {
             {"model_state_bytes_per_param", model_state_bytes_per_param},
             {"seed", seed},
             {"lr", lr},
+            {"lr_decay", lr_decay},
+            {"lr_min_factor", lr_decay == "cosine" ? json(lr_min_factor) : json(nullptr)},
             {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
   return j.dump(indent);
 }
@@ -413,6 +415,8 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.model = options_.model_name;
   s.data = options_.data_name;
   s.augment = options_.augment_name;
+  s.lr_decay = options_.lr_schedule ? "custom" : options_.lr_decay == LrDecay::kCosine ? "cosine" : "constant";
+  s.lr_min_factor = options_.lr_min_factor;
   s.precision = std::string(to_string(options_.precision.precision));
   s.scaler = scaler_.is_enabled();
   s.master_weights = std::string(short_dtype_name(options_.precision.param_dtype));

@@ -215,6 +215,15 @@ TEST(Trainer, CosineDecayEndsAtItsMinFactor) {
     EXPECT_DOUBLE_EQ(lrs[t], 1e-2 * (0.25 + 0.75 * 0.5 * (1.0 + std::cos(std::numbers::pi * t / 9.0)))) << "step " << t;
   EXPECT_DOUBLE_EQ(lrs[0], 1e-2);
   EXPECT_GT(lrs[8], 0.25e-2);  // the last step is one step short of the floor
+  // summary.json names the schedule, so a result says how it was trained.
+  const Snapshot s = run({.max_steps = 2, .lr_decay = tr::LrDecay::kCosine, .lr_min_factor = 0.25});
+  EXPECT_EQ(s.summary.lr_decay, "cosine");
+  const nlohmann::json j = nlohmann::json::parse(s.summary.to_json());
+  EXPECT_EQ(j.at("lr_decay"), "cosine");
+  EXPECT_EQ(j.at("lr_min_factor"), 0.25);
+  const nlohmann::json constant = nlohmann::json::parse(run({.max_steps = 2}).summary.to_json());
+  EXPECT_EQ(constant.at("lr_decay"), "constant");
+  EXPECT_TRUE(constant.at("lr_min_factor").is_null());
 }
 
 TEST(Trainer, LrMinFactorOutsideZeroToOneIsRefused) {

@@ -174,7 +174,11 @@ struct TrainSummary {
   int64_t model_state_bytes = 0;
   double model_state_bytes_per_param = 0;
   uint64_t seed = 0;
-  double lr = 0;             // the optimizer's lr (group 0) at the end
+  double lr = 0;  // the optimizer's lr (group 0) at the end
+  // The schedule that set it: "cosine", "constant", or "custom" (TrainerOptions::lr_schedule), and
+  // for "cosine" the factor it decays to.
+  std::string lr_decay;
+  double lr_min_factor = 0;
   std::string resumed_from;  // "" unless resumed
 
   std::string to_json(int indent = 2) const;
