@@ -5,6 +5,7 @@
 // Every kernel gives the same bits as the scalar functions of mixtrain/half.h, NaN and subnormals
 // included (Note [Half conversions] in docs/notes/conversions.md).
 #include "core/half_convert.h"
+#include "core/half_convert_avx512.h"
 
 #if MT_HALF_X86_KERNELS
 
@@ -67,20 +68,7 @@ MT_TARGET_AVX2 inline __m256 bf16_widen8(const bfloat16* src) {
 
 // ---- AVX-512 F/BW/VL: 16 lanes, tails with masked loads and stores.
 
-// The scalar fp32_to_bf16_bits on each of 16 lanes, packed to 16 bits.
-MT_TARGET_AVX512 inline __m256i bf16_round16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, is_nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-  return _mm512_cvtepi32_epi16(r);
-}
-
-MT_TARGET_AVX512 inline __m512 bf16_widen16(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+// bf16_round16 and bf16_widen16: core/half_convert_avx512.h.
 
 // ---- AVX-512 BF16.
 

@@ -46,7 +46,9 @@
 #define MT_OPTIM_AVX512 0
 #endif
 
+#include "core/half_convert_avx512.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/elementwise.h"
 
 namespace mixtrain::kernels {
 namespace {
@@ -413,19 +415,8 @@ void adam_chunk(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e
 // tensor, masked at the chunk's tail. Same operations, same order as adam_chunk.
 #define MT_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
-MT_AVX512_TARGET inline __m512 widen_bf16(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-// fp32 -> bf16 bits, round to nearest even, NaN -> quiet NaN: detail::fp32_to_bf16_bits per lane.
-MT_AVX512_TARGET inline __m256i round_bf16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-}
+using detail::x86::bf16_round16;
+using detail::x86::bf16_widen16;
 
 template <typename T>
 MT_AVX512_TARGET inline __m512 load16(const T* p, __mmask16 k) {
@@ -434,7 +425,7 @@ MT_AVX512_TARGET inline __m512 load16(const T* p, __mmask16 k) {
   else if constexpr (std::is_same_v<T, float16>)
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
   else
-    return widen_bf16(_mm256_maskz_loadu_epi16(k, p));
+    return bf16_widen16(_mm256_maskz_loadu_epi16(k, p));
 }
 
 template <typename T>
@@ -444,7 +435,7 @@ MT_AVX512_TARGET inline void store16(T* p, __mmask16 k, __m512 x) {
   else if constexpr (std::is_same_v<T, float16>)
     _mm256_mask_storeu_epi16(p, k, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   else
-    _mm256_mask_storeu_epi16(p, k, round_bf16(x));
+    _mm256_mask_storeu_epi16(p, k, bf16_round16(x));
 }
 
 // Arithmetic with explicit round-to-nearest: GCC contracts a * b + c written with the plain
@@ -518,8 +509,7 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
 }
 
 bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  static const bool has = cpu_supports_isa(CpuIsa::kAvx512);
   return has;
 }
 #endif
