@@ -12,6 +12,7 @@
 // tiles above the diagonal. One thread owns a (batch, head) from start to end and sums in a fixed
 // order, so results do not depend on the thread count.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -53,12 +54,20 @@ void narrow(const F* src, T* dst, int64_t n) {
   }
 }
 
-// A per-thread scratch area of n values.
-template <typename F>
-F* scratch_area(int64_t n) {
+// Consecutive blocks of the given sizes in one per-thread scratch area (grown, never shrunk).
+template <typename F, size_t N>
+std::array<F*, N> scratch_blocks(const std::array<int64_t, N>& sizes) {
   thread_local std::vector<F> buf;
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-  return buf.data();
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  if (static_cast<int64_t>(buf.size()) < total) buf.resize(static_cast<size_t>(total));
+  std::array<F*, N> blocks;
+  F* next = buf.data();
+  for (size_t i = 0; i < N; ++i) {
+    blocks[i] = next;
+    next += sizes[i];
+  }
+  return blocks;
 }
 
 // Base pointer of (b, h) in a tensor with (batch, head, time) strides st.
@@ -98,12 +107,8 @@ struct AttentionFwd {
     F* lse_all = lse.data_ptr<F>();
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
-      F* Kt = scratch_area<F>(D * S + S * Dv + Bq * D + Bq * S + Bq * Dv + std::max(D, Dv));
-      F* Vs = Kt + D * S;
-      F* Qb = Vs + S * Dv;
-      F* Sb = Qb + Bq * D;
-      F* Ob = Sb + Bq * S;
-      F* tmp = Ob + Bq * Dv;
+      const auto [Kt, Vs, Qb, Sb, Ob, tmp] =
+          scratch_blocks<F, 6>({D * S, S * Dv, Bq * D, Bq * S, Bq * Dv, std::max(D, Dv)});
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
         const T* qp = head_ptr<T>(q, p.q_strides, b, h);
@@ -148,17 +153,8 @@ struct AttentionBwd {
     const F* lse_all = lse.data_ptr<F>();
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
-      F* Ks = scratch_area<F>(2 * S * D + 2 * S * Dv + S * D + 2 * Bq * D + Bq * Dv + 2 * Bq * S + std::max(D, Dv));
-      F* Kt = Ks + S * D;
-      F* Vt = Kt + S * D;
-      F* dK = Vt + S * Dv;
-      F* dV = dK + S * D;
-      F* Qb = dV + S * Dv;
-      F* dQb = Qb + Bq * D;
-      F* dOb = dQb + Bq * D;
-      F* Pb = dOb + Bq * Dv;
-      F* dSb = Pb + Bq * S;
-      F* tmp = dSb + Bq * S;
+      const auto [Ks, Kt, Vt, dK, dV, Qb, dQb, dOb, Pb, dSb, tmp] = scratch_blocks<F, 11>(
+          {S * D, S * D, S * Dv, S * D, S * Dv, Bq * D, Bq * D, Bq * Dv, Bq * S, Bq * S, std::max(D, Dv)});
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
         const T* qp = head_ptr<T>(q, p.q_strides, b, h);
@@ -167,7 +163,8 @@ struct AttentionBwd {
         const F* lse_row = lse_all + bh * T_;
         load_rows<F>(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks, Kt, tmp);
         load_rows<F>(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, static_cast<F*>(nullptr), Vt, tmp);
-        std::fill(dK, dK + S * D + S * Dv, F(0));  // dK and dV
+        std::fill(dK, dK + S * D, F(0));
+        std::fill(dV, dV + S * Dv, F(0));
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
           const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;
