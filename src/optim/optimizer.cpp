@@ -42,6 +42,15 @@ void pack_master(const Tensor& master, const Tensor& param, const Tensor& low) {
   }
 }
 
+// Replaces s.master by its packed form: the bf16 parameter takes the upper bits, s.master_low the
+// lower ones. The parameter's value may move (nearest -> truncated), hence the version bump.
+void pack_state(ParamState& s, Tensor& param) {
+  s.master_low = new_master_low(param);
+  pack_master(s.master, param, s.master_low);
+  s.master = Tensor();
+  param.bump_version();
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, Tensor>> ParamState::named_tensors() const {
@@ -223,12 +232,7 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
   for (size_t i = 0; i < state_.size(); ++i) {
     const bool packed = state_[i].master_low.defined();
     state_[i] = sd.state[i].clone();
-    if (packed) {
-      state_[i].master_low = new_master_low(params[i]);
-      pack_master(state_[i].master, params[i], state_[i].master_low);
-      state_[i].master = Tensor();
-      params[i].bump_version();
-    }
+    if (packed) pack_state(state_[i], params[i]);
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto it = sd.param_groups[g].find("initial_lr");
@@ -276,11 +280,7 @@ void Optimizer::pack_masters() {
   std::vector<Tensor> params = parameters();
   for (size_t i = 0; i < state_.size(); ++i) {
     ParamState& s = state_[i];
-    if (!s.master.defined() || params[i].dtype() != kBFloat16) continue;
-    s.master_low = new_master_low(params[i]);
-    pack_master(s.master, params[i], s.master_low);
-    s.master = Tensor();
-    params[i].bump_version();  // the parameter may have moved (nearest -> truncated)
+    if (s.master.defined() && params[i].dtype() == kBFloat16) pack_state(s, params[i]);
   }
 }
 
