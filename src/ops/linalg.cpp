@@ -2,16 +2,18 @@
 // the kernel's [batch..., rows, cols] form without copying, and the autograd records.
 //
 // Backward formulas (dC the output gradient):  dA = dC @ B^T,  dB = A^T @ dC,  dbias = column sums
-// of dC. On the fp32 route of 16-bit matmuls, linear's backward widens dC once for both products and
-// the bias sum. The transposes are strided views that the oneDNN kernel reads in place, and the products
-// go through the same cached primitives as the forward. A broadcast batch dim of an operand gets
-// the sum of its gradient over that dim; when B is a plain matrix under a batched A (the common
-// x @ W case) the batch is folded into the rows instead, so dB is one GEMM with no reduction.
+// of dC. On the fp32 route of 16-bit matmuls, linear's backward widens dC once for both products
+// and the bias sum (ops::LinearOutputGrad, shared with gelu_linear). The transposes are strided
+// views that the oneDNN kernel reads in place, and the products go through the same cached
+// primitives as the forward. A broadcast batch dim of an operand gets the sum of its gradient over
+// that dim; when B is a plain matrix under a batched A (the common x @ W case) the batch is folded
+// into the rows instead, so dB is one GEMM with no reduction.
 #include "mixtrain/ops/linalg.h"
 
 #include "kernels/linalg.h"
 #include "mixtrain/autograd.h"
 #include "ops/autocast_hook.h"
+#include "ops/linear_grad.h"
 
 namespace mixtrain {
 namespace {
@@ -208,28 +210,36 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
     const DType dt = x.dtype();
     SavedTensor sx = need_w ? SavedTensor(x2) : SavedTensor(), sw = need_x ? SavedTensor(w) : SavedTensor();
     autograd::record("linear", {x, w, b}, out, [=](const TensorList& grads) {
-      Tensor g = to_dtype(grads[0], dt).reshape({rows, out_features});
+      const ops::LinearOutputGrad gy(to_dtype(grads[0], dt).reshape({rows, out_features}));
       TensorList result(3);
-      // On the fp32 route the output gradient feeds both products and the bias sum: widen it once
-      // instead of once per product (the bias sum of the exact fp32 copy is the same sum).
-      const bool route = kernels::uses_fp32_route(dt) && g.numel() > 0;
-      const Tensor gp = route ? g.to(kFloat32) : g;
-      auto product = [&](const Tensor& a, const Tensor& b) {
-        if (!route) return mm(a, b);
-        Tensor o = Tensor::empty({a.size(0), b.size(1)}, dt, g.device());
-        kernels::matmul_fp32_route(a, b, Tensor(), o);
-        return o;
-      };
-      if (need_x) result[0] = product(gp, sw.unpack("linear")).reshape(x_shape);
-      if (need_w) result[1] = product(gp.t(), sx.unpack("linear"));
-      if (need_b) {
-        result[2] = Tensor::empty({out_features}, dt, g.device());
-        kernels::sum_rows(gp, result[2]);
-      }
+      if (need_x) result[0] = gy.product(gy.g(), sw.unpack("linear")).reshape(x_shape);
+      if (need_w) result[1] = gy.product(gy.g().t(), sx.unpack("linear"));
+      if (need_b) result[2] = gy.bias_grad();
       return result;
     });
   }
   return out;
 }
 
+namespace ops {
+
+LinearOutputGrad::LinearOutputGrad(const Tensor& gy)
+    : dtype_(gy.dtype()), route_(kernels::uses_fp32_route(gy.dtype()) && gy.numel() > 0) {
+  g_ = route_ ? gy.to(kFloat32) : gy;
+}
+
+Tensor LinearOutputGrad::product(const Tensor& a, const Tensor& b) const {
+  if (!route_) return mm(a, b);
+  Tensor out = Tensor::empty({a.size(0), b.size(1)}, dtype_, g_.device());
+  kernels::matmul_fp32_route(a, b, Tensor(), out);
+  return out;
+}
+
+Tensor LinearOutputGrad::bias_grad() const {
+  Tensor out = Tensor::empty({g_.size(1)}, dtype_, g_.device());
+  kernels::sum_rows(g_, out);
+  return out;
+}
+
+}  // namespace ops
 }  // namespace mixtrain

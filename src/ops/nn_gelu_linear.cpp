@@ -5,14 +5,15 @@
 // Numerics and autocast follow the unfused composition exactly: gelu runs in x's dtype (its own
 // input-dtype policy), then the gelu_linear policy (lower precision, like linear) casts gelu(x), w
 // and b; the products run through the same matmul kernels as linear's forward and backward, and the
-// bias gradient through the same column sum. Accumulation: fp32 (fp64 for fp64), 16-bit results
+// output gradient is prepared as linear's is (ops::LinearOutputGrad: on the fp32 route, widened
+// once for both products and the bias sum). Accumulation: fp32 (fp64 for fp64), 16-bit results
 // rounded once.
 #include "kernels/elementwise.h"
-#include "kernels/linalg.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/ops/linalg.h"
 #include "ops/autocast_hook.h"
+#include "ops/linear_grad.h"
 
 namespace mixtrain::nn::functional {
 
@@ -47,18 +48,15 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
                    [sx = SavedTensor(x.detach()), sw = SavedTensor(w.detach()), hd = h.dtype(), need_x, need_w, need_b,
                     in, out, rows, x_shape = x.shape()](const TensorList& grads) {
                      const Tensor xv = sx.unpack("gelu_linear"), wv = sw.unpack("gelu_linear");
-                     const Tensor g = grads[0].to(hd).reshape({rows, out});
+                     const ops::LinearOutputGrad gy(grads[0].to(hd).reshape({rows, out}));
                      TensorList result(3);
                      if (need_w) {
                        const Tensor hv = gelu(xv).to(hd);  // the forward's gelu(x), cast as the forward cast it
-                       result[1] = matmul(g.t(), hv.reshape({rows, in}));
+                       result[1] = gy.product(gy.g().t(), hv.reshape({rows, in}));
                      }
-                     if (need_b) {
-                       result[2] = Tensor::empty({out}, hd, g.device());
-                       kernels::sum_rows(g, result[2]);
-                     }
+                     if (need_b) result[2] = gy.bias_grad();
                      if (need_x) {
-                       const Tensor gh = matmul(g, wv).to(xv.dtype()).reshape(x_shape);
+                       const Tensor gh = gy.product(gy.g(), wv).to(xv.dtype()).reshape(x_shape);
                        Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
                        kernels::unary_backward_kernel(kernels::UnaryOp::k_gelu)(xv.device(), xv.dtype())(
                            gx, gh.contiguous(), xv.contiguous(), {});
