@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/nn_vec.h"
 #include "kernels/linalg.h"
 
 namespace mixtrain::kernels {
@@ -20,14 +21,6 @@ namespace {
 // Columns one pass over the rows accumulates at once: 256 fp32 accumulators (1 KiB) and a widened
 // row segment stay in L1 while the rows stream through.
 constexpr int64_t kColumnBlock = 256;
-
-template <typename T>
-void widen(const T* src, float* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float16>)
-    convert_fp16_to_fp32(src, dst, n);
-  else
-    convert_bf16_to_fp32(src, dst, n);
-}
 
 void round_into(const float* acc, const Tensor& out, int64_t c0, int64_t n) {
   switch (out.dtype()) {
@@ -52,12 +45,7 @@ void sum_rows_unit_stride(const Tensor& x, const Tensor& out) {
       const int64_t n = std::min(kColumnBlock, c1 - b);
       std::fill(acc, acc + n, 0.0f);
       for (int64_t i = 0; i < rows; ++i) {
-        const T* row = px + i * sr + b;
-        const float* v = buf;
-        if constexpr (std::is_same_v<T, float>)
-          v = row;
-        else
-          widen(row, buf, n);
+        const float* v = nnvec::load_row(px + i * sr + b, buf, n);  // the row itself, or widened into buf
         for (int64_t j = 0; j < n; ++j) acc[j] += v[j];
       }
       round_into(acc, out, b, n);
