@@ -64,7 +64,7 @@ Tensor TransformerBlock::forward(const Tensor& x) {
     auto fc1 = std::dynamic_pointer_cast<Linear>(mlp[0]);
     auto act = std::dynamic_pointer_cast<GELU>(mlp[1]);
     auto fc2 = std::dynamic_pointer_cast<Linear>(mlp[2]);
-    if (fc1 && fc2 && act && act->extra_repr() == GELU().extra_repr())
+    if (fc1 && fc2 && act && act->approximate() == GeluApproximation::kNone)
       return h + functional::gelu_linear(fc1->forward(u), fc2->weight(), fc2->bias());
   }
   return h + mlp_->forward(u);

@@ -134,6 +134,9 @@ TEST(NnLayersTest, FlattenAndActivations) {
   EXPECT_CLOSE(nn::ReLU()(x), mt::from_vector(relu), tol);
   EXPECT_CLOSE(nn::GELU()(x), mt::from_vector(gelu), tol);
   EXPECT_CLOSE(nn::GELU({.approximate = mt::GeluApproximation::kTanh})(x), mt::from_vector(gelu_tanh), tol);
+  // TransformerBlock fuses its MLP only for the exact form; it asks the module which one it has.
+  EXPECT_EQ(nn::GELU().approximate(), mt::GeluApproximation::kNone);
+  EXPECT_EQ(nn::GELU({.approximate = mt::GeluApproximation::kTanh}).approximate(), mt::GeluApproximation::kTanh);
   EXPECT_CLOSE(nn::SiLU()(x), mt::from_vector(silu), tol);
   EXPECT_CLOSE(nn::Tanh()(x), mt::from_vector(tanh), tol);
   EXPECT_CLOSE(nn::Sigmoid()(x), mt::from_vector(sig), tol);

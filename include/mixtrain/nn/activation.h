@@ -22,6 +22,7 @@ class GELU : public Module {
   explicit GELU(GELUOptions opts = {}) : Module("GELU"), opts_(opts) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
+  GeluApproximation approximate() const { return opts_.approximate; }
 
  private:
   GELUOptions opts_;
