@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_models  # noqa: E402
 
 
-def batch_for(model_name, batch_size, gen, embed_dim=None):
+def batch_for(model_name, batch_size, gen):
     """Synthetic inputs and labels shaped like the model's real data."""
     if model_name == "gpt":
         tokens = torch.randint(0, pytorch_models.GPT_VOCAB, (batch_size, pytorch_models.GPT_CONTEXT + 1),
