@@ -95,10 +95,15 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                        "), mnist:DIR, text:FILE (gpt), synthetic[:N] (random data, N examples)")
         ->check(throwing_validator([](const std::string& s) { parse_data_spec(s); }, "DATA"))
         ->capture_default_str();
-  if (has(Flags::kPrecision))
+  if (has(Flags::kPrecision)) {
     app.add_option("--precision", a.precision, "Precision: fp32, bf16 (autocast bf16) or fp16 (autocast fp16)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->capture_default_str();
+    app.add_flag("--compact-state", a.compact_state,
+                 "With --precision bf16 --master-weights bf16: keep each fp32 master as the bf16 weight plus its "
+                 "lower 16 bits and AdamW's first moment in bf16: 12 bytes of model state per parameter instead of "
+                 "16");
+  }
   if (has(Flags::kCommon)) {
     app.add_option("--scaler", a.scaler, "GradScaler: auto (on for fp16 only), on, off")
         ->check(CLI::IsMember({"auto", "on", "off"}))

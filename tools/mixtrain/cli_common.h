@@ -57,7 +57,7 @@ struct RunArgs {
 enum class Flags : unsigned {
   kModel = 1,
   kData = 2,
-  kPrecision = 4,  // --precision (train, bench)
+  kPrecision = 4,  // --precision --compact-state (train, bench)
   kTraining = 8,   // --epochs --steps --lr --weight-decay --out --checkpoint-every --log-every
   kResume = 16,
   kCommon = 32,  // --batch-size --seed --threads --scaler --master-weights

@@ -15,9 +15,6 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--master-weights", args.run.master_weights, "Parameter dtype: fp32, or bf16/fp16 (= --precision)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  cmd->add_flag("--compact-state", args.run.compact_state,
-                "With --precision bf16 --master-weights bf16: keep each fp32 master as the bf16 weight plus its "
-                "lower 16 bits and AdamW's first moment in bf16: 12 bytes of model state per parameter instead of 16");
   cmd->add_option("--steps", args.run.steps, "Timed steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();

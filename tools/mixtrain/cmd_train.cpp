@@ -20,9 +20,6 @@ CLI::App* add_train_command(CLI::App& app, RunArgs& args) {
                   "in the optimizer; must equal --precision)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  cmd->add_flag("--compact-state", args.compact_state,
-                "With --precision bf16 --master-weights bf16: keep each fp32 master as the bf16 weight plus its "
-                "lower 16 bits and AdamW's first moment in bf16: 12 bytes of model state per parameter instead of 16");
   cmd->add_option("--out", args.out, "Output directory (default runs/train)");
   return cmd;
 }
