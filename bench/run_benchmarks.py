@@ -13,9 +13,13 @@ Method (the machine is shared and noisy, so only medians and same-run ratios are
   and fp16, measured in this run.
 - Workloads (the performance issue's): mlp, mlp-wide, cnn at batch 256, gpt at batch 16; AdamW;
   fp32, bf16 autocast, fp16 autocast with GradScaler (mixtrain only: PyTorch 1.13 has no fp16 CPU
-  autocast). Each repetition runs every workload once in mixtrain and once in PyTorch, alternating,
-  so a burst of load from elsewhere hits both. A cell's step time is the median over repetitions
-  of each run's median step.
+  autocast), and fp16-params: fp16 autocast with fp16 parameters and fp32 masters in the optimizer
+  (`--master-weights fp16`, mixtrain only). Each repetition runs every workload once in mixtrain
+  and once in PyTorch, alternating, so a burst of load from elsewhere hits both. A cell's step time
+  is the median over repetitions of each run's median step.
+- Timed steps per run depend on the workload (mlp 300, mlp-wide 100, cnn and gpt 20) so that every
+  run times about a second or more of mixtrain steps; a median over 20 steps of a 3 ms step moves
+  by 10-40% with the load of the moment. --steps N times N steps everywhere.
 - PyTorch gets its best thread count: a probe runs each PyTorch workload with 1 and with all cores
   and keeps the faster. Its BLAS is whatever libblas.so.3 points at; with Debian's reference BLAS
   fp32 PyTorch is 5-10x slower than with OpenBLAS, so this script refuses to run PyTorch without
@@ -37,7 +41,13 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKLOADS = [("mlp", 256), ("mlp-wide", 256), ("cnn", 256), ("gpt", 16)]
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp16-params")
+# What each precision label passes to `mixtrain bench`.
+PRECISION_FLAGS = {"fp32": ("--precision", "fp32"), "bf16": ("--precision", "bf16"),
+                   "fp16": ("--precision", "fp16"),
+                   "fp16-params": ("--precision", "fp16", "--master-weights", "fp16")}
+# Timed steps per run when --steps is not given: about a second or more of mixtrain steps each.
+WORKLOAD_STEPS = {"mlp": 300, "mlp-wide": 100, "cnn": 20, "gpt": 20}
 PYTORCH_PRECISIONS = ("fp32", "bf16")
 
 
@@ -105,8 +115,12 @@ def gemm_peak(bench_gemm, threads, reps):
 
 
 def mixtrain_cmd(args, model, batch, precision, steps, extra=()):
-    return [args.mixtrain, "bench", "--model", model, "--batch-size", str(batch), "--precision", precision,
+    return [args.mixtrain, "bench", "--model", model, "--batch-size", str(batch), *PRECISION_FLAGS[precision],
             "--threads", str(args.threads), "--steps", str(steps), "--warmup", str(args.warmup), "--json", *extra]
+
+
+def steps_for(args, model):
+    return args.steps if args.steps is not None else WORKLOAD_STEPS[model]
 
 
 def pytorch_cmd(args, model, batch, precision, threads, steps):
@@ -130,7 +144,7 @@ def run_workloads(args, peak):
                 continue
             probe = {}
             for t in sorted({1, args.threads}):
-                out, _ = run_measured(pytorch_cmd(args, m, b, p, t, max(3, args.steps // 2)), pytorch_env(t))
+                out, _ = run_measured(pytorch_cmd(args, m, b, p, t, max(3, steps_for(args, m) // 2)), pytorch_env(t))
                 probe[t] = last_json(out)["step_ms_median"]
             best_threads[(m, b, p)] = min(probe, key=probe.get)
             print(f"# PyTorch thread probe {m} {p}: " + ", ".join(f"{t} threads {ms:.1f} ms" for t, ms in probe.items()),
@@ -138,13 +152,13 @@ def run_workloads(args, peak):
     for rep in range(args.reps):
         for c in cells:
             m, b, p = c
-            out, rss = run_measured(mixtrain_cmd(args, m, b, p, args.steps))
+            out, rss = run_measured(mixtrain_cmd(args, m, b, p, steps_for(args, m)))
             j = last_json(out)
             results[c]["mixtrain"].append(j)
             results[c]["mixtrain_rss"].append(rss)
             if args.pytorch and p in PYTORCH_PRECISIONS:
                 t = best_threads[c]
-                out, rss = run_measured(pytorch_cmd(args, m, b, p, t, args.steps), pytorch_env(t))
+                out, rss = run_measured(pytorch_cmd(args, m, b, p, t, steps_for(args, m)), pytorch_env(t))
                 results[c]["pytorch"].append(last_json(out))
                 results[c]["pytorch_rss"].append(rss)
             print(f"# rep {rep + 1}/{args.reps} {m} {p}: mixtrain {j['step_ms_median']:.2f} ms"
@@ -164,7 +178,7 @@ def run_workloads(args, peak):
         for key in ("allocations_per_step", "system_allocations_per_step", "state_bytes_per_param"):
             if key in r["mixtrain"][0]:
                 row[key] = statistics.median(x[key] for x in r["mixtrain"])
-        gemm = peak.get(p)
+        gemm = peak.get(PRECISION_FLAGS[p][1])  # the GEMM dtype of the label
         row["gemm_peak_gflops"] = gemm
         row["pct_gemm_peak"] = 100.0 * row["gflops"] / gemm if gemm else None
         if r["pytorch"]:
@@ -286,7 +300,8 @@ def main():
     p.add_argument("--precisions", default=",".join(PRECISIONS))
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--reps", type=int, default=3, help="alternating repetitions of every workload")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per run")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps per run (default: " + ", ".join(f"{m} {n}" for m, n in WORKLOAD_STEPS.items()) + ")")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--gemm-reps", type=int, default=5)
     p.add_argument("--no-pytorch", dest="pytorch", action="store_false")
@@ -327,15 +342,18 @@ def main():
                   + ", ".join(f"{k} {v:.0f}" for k, v in sorted(peak.items())))
         rows = run_workloads(args, peak)
         report["workloads"] = rows
-        md.append(f"Workloads ({args.reps} alternating repetitions, {args.steps} timed steps after {args.warmup} "
+        steps = (str(args.steps) if args.steps is not None
+                 else ", ".join(f"{n} ({m})" for m, n in WORKLOAD_STEPS.items()))
+        md.append(f"Workloads ({args.reps} alternating repetitions, {steps} timed steps after {args.warmup} "
                   "warm-up each; medians):\n\n" + workload_table(rows))
         extra = [r for r in rows if "allocations_per_step" in r or "state_bytes_per_param" in r]
         if extra:
             lines = ["| model | precision | allocator calls per step | system allocations per step |",
                      "|---|---|---:|---:|"]
             for r in extra:
-                lines.append(f"| {r['model']} | {r['precision']} | {r.get('allocations_per_step', 'n/a')} | "
-                             f"{r.get('system_allocations_per_step', 'n/a')} |")
+                calls, system = r.get("allocations_per_step"), r.get("system_allocations_per_step")
+                lines.append(f"| {r['model']} | {r['precision']} | {'n/a' if calls is None else f'{calls:.1f}'} | "
+                             f"{'n/a' if system is None else f'{system:.1f}'} |")
             md.append("Allocations in steady state (timed steps):\n\n" + "\n".join(lines))
     if args.scaling:
         srows = run_scaling(args)
