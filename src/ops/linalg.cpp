@@ -224,12 +224,10 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
 namespace ops {
 
 LinearOutputGrad::LinearOutputGrad(const Tensor& gy)
-    : dtype_(gy.dtype()), route_(kernels::uses_fp32_route(gy.dtype()) && gy.numel() > 0) {
-  g_ = route_ ? gy.to(kFloat32) : gy;
-}
+    : g_(kernels::uses_fp32_route(gy.dtype()) && gy.numel() > 0 ? gy.to(kFloat32) : gy), dtype_(gy.dtype()) {}
 
 Tensor LinearOutputGrad::product(const Tensor& a, const Tensor& b) const {
-  if (!route_) return mm(a, b);
+  if (!route()) return mm(a, b);
   Tensor out = Tensor::empty({a.size(0), b.size(1)}, dtype_, g_.device());
   kernels::matmul_fp32_route(a, b, Tensor(), out);
   return out;

@@ -24,9 +24,11 @@ class LinearOutputGrad {
   Tensor bias_grad() const;
 
  private:
+  // On the route g_ is the fp32 copy of a 16-bit gradient, so its dtype differs from the layer's.
+  bool route() const { return g_.dtype() != dtype_; }
+
   Tensor g_;
   DType dtype_;
-  bool route_;
 };
 
 }  // namespace mixtrain::ops
