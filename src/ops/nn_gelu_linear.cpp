@@ -45,9 +45,9 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
   int64_t rows = 1;
   for (int d = 0; d < x.dim() - 1; ++d) rows *= x.size(d);
   autograd::record("gelu_linear", {x, w, b}, y,
-                   [sx = SavedTensor(x.detach()), sw = SavedTensor(w.detach()), hd = h.dtype(), need_x, need_w, need_b,
-                    in, out, rows, x_shape = x.shape()](const TensorList& grads) {
-                     const Tensor xv = sx.unpack("gelu_linear"), wv = sw.unpack("gelu_linear");
+                   [sx = SavedTensor(x.detach()), sw = need_x ? SavedTensor(w.detach()) : SavedTensor(), hd = h.dtype(),
+                    need_x, need_w, need_b, in, out, rows, x_shape = x.shape()](const TensorList& grads) {
+                     const Tensor xv = sx.unpack("gelu_linear");
                      const ops::LinearOutputGrad gy(grads[0].to(hd).reshape({rows, out}));
                      TensorList result(3);
                      if (need_w) {
@@ -56,7 +56,8 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
                      }
                      if (need_b) result[2] = gy.bias_grad();
                      if (need_x) {
-                       const Tensor gh = gy.product(gy.g(), wv).to(xv.dtype()).reshape(x_shape);
+                       const Tensor gh =
+                           gy.product(gy.g(), sw.unpack("gelu_linear")).to(xv.dtype()).reshape(x_shape);
                        Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
                        kernels::unary_backward_kernel(kernels::UnaryOp::k_gelu)(xv.device(), xv.dtype())(
                            gx, gh.contiguous(), xv.contiguous(), {});
