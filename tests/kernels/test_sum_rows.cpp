@@ -2,14 +2,13 @@
 // row-order fp32 (fp64 for fp64) accumulation bit for bit, whatever the thread count, and an fp32
 // input of widened 16-bit values rounded into a 16-bit output equals the 16-bit input's sum.
 #include <gtest/gtest.h>
-#include <omp.h>
 
-#include <cstring>
 #include <vector>
 
 #include "kernels/linalg.h"
 #include "mixtrain/ops/elementwise.h"
 #include "ops/test_linalg_util.h"
+#include "ops/test_nn_helpers.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -35,18 +34,12 @@ Tensor reference_sum_rows(const Tensor& x, DType out_dtype) {
   return out_dtype == kFloat64 ? out : out.to(kFloat32).to(out_dtype);
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.numel() == b.numel() &&
-         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.nbytes()) == 0;
-}
-
 Tensor run_sum_rows(const Tensor& x, DType out_dtype, int threads) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  Tensor out = Tensor::empty({x.size(1)}, out_dtype);
-  kernels::sum_rows(x, out);
-  omp_set_num_threads(saved);
-  return out;
+  return with_threads(threads, [&] {
+    Tensor out = Tensor::empty({x.size(1)}, out_dtype);
+    kernels::sum_rows(x, out);
+    return out;
+  });
 }
 
 TEST(SumRows, EqualsRowOrderAccumulationInEveryLayoutAndDtype) {
@@ -56,7 +49,7 @@ TEST(SumRows, EqualsRowOrderAccumulationInEveryLayoutAndDtype) {
       SCOPED_TRACE(::testing::Message() << name(dt) << (transposed ? ", transposed" : ", row-major"));
       Tensor x = transposed ? uniform_input({600, 70}, dt, 3).t() : uniform_input({70, 600}, dt, 3);
       const Tensor expected = reference_sum_rows(x, dt);
-      for (int threads : {1, 2, 3}) EXPECT_TRUE(same_bits(run_sum_rows(x, dt, threads), expected)) << threads;
+      for (int threads : {1, 2, 3}) EXPECT_TRUE(bitwise_equal(run_sum_rows(x, dt, threads), expected)) << threads;
     }
   }
 }
@@ -67,16 +60,16 @@ TEST(SumRows, WidenedInputRoundedIntoSixteenBitsEqualsTheSixteenBitSum) {
     // Large values too, so that the fp32 sum is not exact and the order of additions matters.
     Tensor x16 = (uniform_input({300, 520}, kFloat32, 8) * 300.0).to(dt);
     Tensor from32 = run_sum_rows(x16.to(kFloat32), dt, 2);
-    EXPECT_TRUE(same_bits(from32, run_sum_rows(x16, dt, 2)));
-    EXPECT_TRUE(same_bits(from32, reference_sum_rows(x16, dt)));
+    EXPECT_TRUE(bitwise_equal(from32, run_sum_rows(x16, dt, 2)));
+    EXPECT_TRUE(bitwise_equal(from32, reference_sum_rows(x16, dt)));
   }
 }
 
 TEST(SumRows, SingleRowAndSingleColumn) {
   Tensor row = uniform_input({1, 300}, kFloat16, 4);
-  EXPECT_TRUE(same_bits(run_sum_rows(row, kFloat16, 2), row.reshape({300})));
+  EXPECT_TRUE(bitwise_equal(run_sum_rows(row, kFloat16, 2), row.reshape({300})));
   Tensor col = uniform_input({50, 1}, kFloat32, 5);
-  EXPECT_TRUE(same_bits(run_sum_rows(col, kFloat32, 2), reference_sum_rows(col, kFloat32)));
+  EXPECT_TRUE(bitwise_equal(run_sum_rows(col, kFloat32, 2), reference_sum_rows(col, kFloat32)));
 }
 
 }  // namespace

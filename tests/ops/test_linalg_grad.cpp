@@ -3,13 +3,12 @@
 // against fp32 gradients on the same (representable) values.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/linalg.h"
 #include "ops/test_linalg_util.h"
+#include "ops/test_nn_helpers.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -136,11 +135,6 @@ TEST(LinalgHalfGrads, MatchFp32Gradients) {
   }
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.nbytes()) == 0;
-}
-
 // On the fp32 route linear's backward widens dC once and shares it between both products and the
 // bias sum: the gradients must be the bits that the separate 16-bit products give.
 TEST(LinalgHalfGrads, LinearOnTheFp32RouteEqualsSeparateProducts) {
@@ -154,11 +148,11 @@ TEST(LinalgHalfGrads, LinearOnTheFp32RouteEqualsSeparateProducts) {
     Tensor g = (uniform_input({3, 13, 300}, kFloat32, 73) * 100.0).to(dt);  // sums that round
     linear(x, w, b).backward(g);
     Tensor g2 = g.reshape({39, 300});
-    EXPECT_TRUE(same_bits(x.grad(), matmul(g2, w.detach()).reshape({3, 13, 40})));
-    EXPECT_TRUE(same_bits(w.grad(), matmul(g2.t(), x.detach().reshape({39, 40}))));
+    EXPECT_TRUE(bitwise_equal(x.grad(), matmul(g2, w.detach()).reshape({3, 13, 40})));
+    EXPECT_TRUE(bitwise_equal(w.grad(), matmul(g2.t(), x.detach().reshape({39, 40}))));
     Tensor db = Tensor::empty({300}, dt);
     kernels::sum_rows(g2, db);
-    EXPECT_TRUE(same_bits(b.grad(), db));
+    EXPECT_TRUE(bitwise_equal(b.grad(), db));
     EXPECT_CLOSE(b.grad(), ref_matmul(ones({1, 39}, {.dtype = kFloat64}), g2.to(kFloat64)).reshape({300}),
                  gemm_tol(dt));
   }
