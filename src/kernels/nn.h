@@ -1,5 +1,4 @@
-// Kernel tables of the nn ops: softmax / log_softmax (optionally scaled and causally masked),
-// fused attention, layer_norm, max/avg pooling and dropout. Every table is keyed by the dtype of the
+// Kernel tables of the nn ops: softmax / log_softmax, fused attention, layer_norm, max/avg pooling and dropout. Every table is keyed by the dtype of the
 // op's floating input (the tensor the gradient flows back to); kernels that also write another
 // floating dtype (softmax with an output dtype) dispatch on it inside.
 //
@@ -15,15 +14,10 @@
 namespace mixtrain::kernels {
 
 // ---- softmax (src/kernels/cpu/nn_softmax.cpp). x and y are viewed as [outer, n, inner] with the
-// softmax taken over n. `scale` multiplies x first; `causal` (inner == 1 only) keeps, in row r,
-// the first (r % causal_rows) + 1 entries and writes 0 after them (attention's is_causal with the
-// query index r % causal_rows).
+// softmax taken over n.
 struct SoftmaxParams {
   int64_t outer = 1, n = 1, inner = 1;
   bool log = false;
-  double scale = 1.0;
-  bool causal = false;
-  int64_t causal_rows = 1;
 };
 // y may have another floating dtype than x (softmax(x, dim, dtype)).
 using SoftmaxFwdFn = void(const Tensor& x, const Tensor& y, const SoftmaxParams& p);

@@ -1,6 +1,5 @@
-// CPU softmax / log_softmax, forward and backward, over any dim; also a scaled, causally masked
-// softmax (SoftmaxParams). Attention no longer goes through it: scaled_dot_product_attention and
-// qkv_attention have their own fused kernels (nn_attention.cpp).
+// CPU softmax / log_softmax, forward and backward, over any dim. (Attention does not go through it:
+// scaled_dot_product_attention and qkv_attention have their own fused kernels, nn_attention.cpp.)
 //
 // Accumulation: fp32 (fp64 when the input or output is fp64). 16-bit rows are widened to fp32 once,
 // the max, the exp-sum and the outputs are computed in fp32, and the result is rounded once when
@@ -19,12 +18,7 @@ DispatchTable<SoftmaxBwdFn> softmax_bwd("softmax_backward");
 
 namespace {
 
-// Number of valid leading entries of row r.
-inline int64_t valid_len(const SoftmaxParams& p, int64_t r) {
-  return p.causal ? std::min(p.n, r % p.causal_rows + 1) : p.n;
-}
-
-// inner == 1: one contiguous row per (outer) index, the common case (last dim, attention).
+// inner == 1: one contiguous row per (outer) index, the common case (the last dim).
 template <typename T, typename U>
 void forward_rows(const T* x, U* y, const SoftmaxParams& p) {
   using F = nnvec::opmath2_t<T, U>;
@@ -33,22 +27,15 @@ void forward_rows(const T* x, U* y, const SoftmaxParams& p) {
     F* xbuf = nnvec::scratch<F>(0, n);
     F* ybuf = nnvec::scratch<F>(1, n);
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t len = valid_len(p, r);  // entries past len (causally masked) are never read
-      const F* xr = nnvec::load_row(x + r * n, xbuf, len);
+      const F* xr = nnvec::load_row(x + r * n, xbuf, n);
       F* yr = nnvec::out_row(y + r * n, ybuf);
-      if (p.scale != 1.0) {  // scale first: keeps max(scale * x) right for a negative scale too
-        nnvec::affine(xr, static_cast<F>(p.scale), F(0), xbuf, len);
-        xr = xbuf;
-      }
-      const F m = nnvec::max(xr, len);
+      const F m = nnvec::max(xr, n);
       if (p.log) {
-        nnvec::sub2(xr, m, std::log(nnvec::exp_sum(xr, m, nullptr, len)), yr, len);
+        nnvec::sub2(xr, m, std::log(nnvec::exp_sum(xr, m, nullptr, n)), yr, n);
       } else {
-        const F s = nnvec::exp_sum(xr, m, yr, len);
-        nnvec::affine(yr, F(1) / s, F(0), yr, len);
+        const F s = nnvec::exp_sum(xr, m, yr, n);
+        nnvec::affine(yr, F(1) / s, F(0), yr, n);
       }
-      const F fill = p.log ? -std::numeric_limits<F>::infinity() : F(0);
-      for (int64_t i = len; i < n; ++i) yr[i] = fill;
       nnvec::store_row(yr, y + r * n, n);
     }
   });
@@ -63,16 +50,14 @@ void backward_rows(const U* gy, const U* y, T* gx, const SoftmaxParams& p) {
     F* gbuf = nnvec::scratch<F>(1, n);
     F* xbuf = nnvec::scratch<F>(2, n);
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t len = valid_len(p, r);
-      const F* yr = nnvec::load_row(y + r * n, ybuf, len);
-      const F* gr = nnvec::load_row(gy + r * n, gbuf, len);
+      const F* yr = nnvec::load_row(y + r * n, ybuf, n);
+      const F* gr = nnvec::load_row(gy + r * n, gbuf, n);
       F* gxr = nnvec::out_row(gx + r * n, xbuf);
       if (p.log) {
-        nnvec::log_softmax_bwd(yr, gr, nnvec::sum(gr, len), gxr, len);
+        nnvec::log_softmax_bwd(yr, gr, nnvec::sum(gr, n), gxr, n);
       } else {
-        nnvec::softmax_bwd(yr, gr, nnvec::dot(yr, gr, len), static_cast<F>(p.scale), gxr, len);
+        nnvec::softmax_bwd(yr, gr, nnvec::dot(yr, gr, n), F(1), gxr, n);
       }
-      for (int64_t i = len; i < n; ++i) gxr[i] = F(0);  // masked entries do not depend on x
       nnvec::store_row(gxr, gx + r * n, n);
     }
   });
@@ -111,7 +96,6 @@ void for_column_tiles(const SoftmaxParams& p, Body&& body) {
 template <typename T, typename U>
 void forward_columns(const T* x, U* y, const SoftmaxParams& p) {
   using F = nnvec::opmath2_t<T, U>;
-  const F scale = static_cast<F>(p.scale);
   for_column_tiles<F>(p, [&](const ColumnTile<F>& t) {
     const int64_t w = t.w;
     F *m = t.buf[0], *s = t.buf[1], *buf = t.buf[2], *obuf = t.buf[3];
@@ -121,23 +105,17 @@ void forward_columns(const T* x, U* y, const SoftmaxParams& p) {
     }
     for (int64_t j = 0; j < p.n; ++j) {
       const F* row = nnvec::load_row(x + t.row(j), buf, w);
-      for (int64_t c = 0; c < w; ++c) {
-        const F v = scale * row[c];
-        m[c] = (v > m[c] || v != v) ? v : m[c];
-      }
+      for (int64_t c = 0; c < w; ++c) m[c] = (row[c] > m[c] || row[c] != row[c]) ? row[c] : m[c];
     }
     for (int64_t j = 0; j < p.n; ++j) {
       const F* row = nnvec::load_row(x + t.row(j), buf, w);
-      for (int64_t c = 0; c < w; ++c) s[c] += std::exp(scale * row[c] - m[c]);
+      for (int64_t c = 0; c < w; ++c) s[c] += std::exp(row[c] - m[c]);
     }
     for (int64_t c = 0; c < w; ++c) s[c] = p.log ? std::log(s[c]) : F(1) / s[c];
     for (int64_t j = 0; j < p.n; ++j) {
       const F* row = nnvec::load_row(x + t.row(j), buf, w);
       F* out = nnvec::out_row(y + t.row(j), obuf);
-      for (int64_t c = 0; c < w; ++c) {
-        const F v = scale * row[c];
-        out[c] = p.log ? (v - m[c]) - s[c] : std::exp(v - m[c]) * s[c];
-      }
+      for (int64_t c = 0; c < w; ++c) out[c] = p.log ? (row[c] - m[c]) - s[c] : std::exp(row[c] - m[c]) * s[c];
       nnvec::store_row(out, y + t.row(j), w);
     }
   });
@@ -146,7 +124,6 @@ void forward_columns(const T* x, U* y, const SoftmaxParams& p) {
 template <typename T, typename U>
 void backward_columns(const U* gy, const U* y, T* gx, const SoftmaxParams& p) {
   using F = nnvec::opmath2_t<T, U>;
-  const F scale = static_cast<F>(p.scale);
   for_column_tiles<F>(p, [&](const ColumnTile<F>& t) {
     const int64_t w = t.w;
     F *acc = t.buf[0], *ybuf = t.buf[1], *gbuf = t.buf[2], *obuf = t.buf[3];
@@ -166,7 +143,7 @@ void backward_columns(const U* gy, const U* y, T* gx, const SoftmaxParams& p) {
       const F* yr = nnvec::load_row(y + t.row(j), ybuf, w);
       F* out = nnvec::out_row(gx + t.row(j), obuf);
       for (int64_t c = 0; c < w; ++c)
-        out[c] = p.log ? gr[c] - std::exp(yr[c]) * acc[c] : scale * yr[c] * (gr[c] - acc[c]);
+        out[c] = p.log ? gr[c] - std::exp(yr[c]) * acc[c] : yr[c] * (gr[c] - acc[c]);
       nnvec::store_row(out, gx + t.row(j), w);
     }
   });
