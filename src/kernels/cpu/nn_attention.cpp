@@ -54,15 +54,14 @@ void narrow(const F* src, T* dst, int64_t n) {
   }
 }
 
-// Consecutive blocks of the given sizes in one per-thread scratch area (grown, never shrunk).
+// Consecutive blocks of the given sizes in one per-thread scratch row (nnvec::scratch's slot 0;
+// nothing the kernels call uses nnvec::scratch while the blocks are live).
 template <typename F, size_t N>
 std::array<F*, N> scratch_blocks(const std::array<int64_t, N>& sizes) {
-  thread_local std::vector<F> buf;
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
-  if (static_cast<int64_t>(buf.size()) < total) buf.resize(static_cast<size_t>(total));
   std::array<F*, N> blocks;
-  F* next = buf.data();
+  F* next = nnvec::scratch<F>(0, total);
   for (size_t i = 0; i < N; ++i) {
     blocks[i] = next;
     next += sizes[i];
