@@ -282,21 +282,29 @@ TEST(QkvAttention, Errors) {
 
 TEST(AttentionGemm, BandedProductsMatchTheLoop) {
   // C = A B with A read transposed (rsa 1, csa M), over sizes that leave tails in every tile dim.
-  const int64_t M = 13, N = 70, K = 9;
-  const std::vector<float> a = randn32({K, M}, 60).to_vector<float>(), b = randn32({K, N}, 61).to_vector<float>();
-  for (int64_t n_hi : {kernels::attn::kOff, int64_t{3}}) {
+  // n_hi: entries right of the band need not be written. k_hi / k_lo: A is zero outside the band
+  // (as the caller promises), so skipping those terms must give the full product.
+  const int64_t M = 13, N = 70, K = 20;
+  const std::vector<float> a_full = randn32({K, M}, 60).to_vector<float>(), b = randn32({K, N}, 61).to_vector<float>();
+  using kernels::attn::Band, kernels::attn::kOff;
+  for (const Band band : {Band{}, Band{.n_hi = 3}, Band{.k_hi = 3}, Band{.k_lo = -2}}) {
+    std::vector<float> a = a_full;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k)
+        if ((band.k_hi != kOff && k > i + band.k_hi) || (band.k_lo != kOff && k < i + band.k_lo)) a[k * M + i] = 0;
     for (bool generic : {false, true}) {
       const bool previous = kernels::attn::set_gemm_force_generic(generic);
       std::vector<float> c(M * N, 7.0f);
-      kernels::attn::gemm(M, N, K, a.data(), 1, M, b.data(), N, c.data(), N, false, {.n_hi = n_hi});
+      kernels::attn::gemm(M, N, K, a.data(), 1, M, b.data(), N, c.data(), N, false, band);
       kernels::attn::set_gemm_force_generic(previous);
       for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) {
-          if (n_hi != kernels::attn::kOff && j > i + n_hi) continue;  // not needed: may be left as is
+          if (band.n_hi != kOff && j > i + band.n_hi) continue;  // not needed: may be left as is
           double ref = 0;
           for (int64_t k = 0; k < K; ++k) ref += double(a[k * M + i]) * b[k * N + j];
           EXPECT_NEAR(c[i * N + j], ref, testing::kGemmFp32.atol + testing::kGemmFp32.rtol * std::abs(ref))
-              << "i " << i << " j " << j << (generic ? " generic" : "");
+              << "i " << i << " j " << j << (generic ? " generic" : "") << " band " << band.n_hi << "/"
+              << band.k_hi << "/" << band.k_lo;
         }
       }
     }
