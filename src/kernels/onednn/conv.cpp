@@ -458,14 +458,8 @@ void run(std::vector<Job>& jobs) {
     for (size_t i = 0; i < j.tensors.size(); ++i) {
       if (!j.partials[i].defined()) continue;
       const Tensor& t = *j.tensors[i];
-      Tensor acc = t.dtype() == kFloat32 ? t : Tensor::empty(t.shape(), kFloat32);
-      const float* p = j.partials[i].data_ptr<float>();
-      float* out = acc.data_ptr<float>();
-      const int64_t m = t.numel();
-      std::copy_n(p, m, out);
-      for (int64_t c = 1; c < chunks; ++c)
-        for (int64_t k = 0; k < m; ++k) out[k] += p[c * m + k];
-      if (t.dtype() != kFloat32) copy(t, acc);
+      MT_INTERNAL_ASSERT(t.is_contiguous());
+      sum_rows(j.partials[i], t.reshape({t.numel()}));
     }
   }
 }
