@@ -408,7 +408,11 @@ void run(std::vector<Job>& jobs) {
       std::unordered_map<int, memory>& params = pass == 0 ? j.params : j.last_params;
       for (size_t i = 0; i < e->args.size(); ++i) {
         const ConvArg& a = e->args[i];
-        if (a.role == Role::kParamIn)
+        if (a.role != Role::kParamIn) continue;
+        // A last-chunk primitive that lays a parameter out as the full-chunk one does shares its copy.
+        if (pass == 1 && a.prim_md == j.entry->args[i].prim_md)
+          params[a.arg] = j.params.at(a.arg);
+        else
           params[a.arg] = prepare_input(a, *j.tensors[i], param_bufs.emplace_back(), nullptr);
       }
     }
