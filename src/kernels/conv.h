@@ -6,8 +6,8 @@
 //   bf16  oneDNN bf16 primitives, or the fp32 route (see Bf16Path in kernels/linalg.h)
 //   fp16  operands converted exactly to fp32, the fp32 primitive, one rounding (oneDNN 2.6 has no
 //         f16 convolution on CPUs)
-// Weight and bias gradients are accumulated in fp32 and rounded once into the weight's dtype.
 //   fp64  reference loops
+// Weight and bias gradients are accumulated in fp32 and rounded once into the weight's dtype.
 // Every tensor is contiguous: x and gx [N, C, H, W], w and gw [O, C/groups, kh, kw], y and gy
 // [N, O, Ho, Wo], bias and gb [O]; all share one floating dtype.
 #pragma once

@@ -112,9 +112,10 @@ void max2x2_row(const T* in0, const T* in1, T* out, uint8_t* am, int64_t OW) {
   }
 }
 
-// Writes the 2 x W gradient rows of one output row (zero in a last odd column).
+// Writes columns [0, 2 * OW) of the 2 x W gradient rows of one output row (the caller zeroes a
+// last odd column).
 template <typename T>
-void max2x2_bwd_row(const T* gy, const uint8_t* am, T* gx0, T* gx1, int64_t OW, int64_t W) {
+void max2x2_bwd_row(const T* gy, const uint8_t* am, T* gx0, T* gx1, int64_t OW) {
   const T zero = convert<T>(0.0f);
   for (int64_t ow = 0; ow < OW; ++ow) {
     const uint8_t k = am[ow];
@@ -123,7 +124,6 @@ void max2x2_bwd_row(const T* gy, const uint8_t* am, T* gx0, T* gx1, int64_t OW, 
     gx1[2 * ow] = k == 2 ? gy[ow] : zero;
     gx1[2 * ow + 1] = k == 3 ? gy[ow] : zero;
   }
-  for (int64_t w = 2 * OW; w < W; ++w) gx0[w] = gx1[w] = zero;
 }
 
 // ---- 2x2 stride 2, AVX-512: 16 windows per step, masked tails.
@@ -206,7 +206,7 @@ MT_POOL_TARGET void max2x2_row_avx512(const T* in0, const T* in1, T* out, uint8_
 }
 
 template <typename T>
-MT_POOL_TARGET void max2x2_bwd_row_avx512(const T* gy, const uint8_t* am, T* gx0, T* gx1, int64_t OW, int64_t W) {
+MT_POOL_TARGET void max2x2_bwd_row_avx512(const T* gy, const uint8_t* am, T* gx0, T* gx1, int64_t OW) {
   for (int64_t ow = 0; ow < OW; ow += 16) {
     const int64_t n = std::min<int64_t>(16, OW - ow);
     const __mmask16 m = mask16(n);
@@ -233,8 +233,6 @@ MT_POOL_TARGET void max2x2_bwd_row_avx512(const T* gy, const uint8_t* am, T* gx0
       _mm512_mask_storeu_epi16(gx1 + 2 * ow, m2, _mm512_or_si512(e2, _mm512_slli_epi32(e3, 16)));
     }
   }
-  const T zero = convert<T>(0.0f);
-  for (int64_t w = 2 * OW; w < W; ++w) gx0[w] = gx1[w] = zero;
 }
 #endif
 
@@ -276,14 +274,15 @@ void max_pool_2x2_bwd(const Tensor& gy, const Tensor& argmax, const Tensor& gx) 
     T* gx0 = xp + in;
 #if MT_POOL_AVX512
     if constexpr (!std::is_same_v<T, double>) {
-      if (vec) max2x2_bwd_row_avx512(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW, W);
+      if (vec) max2x2_bwd_row_avx512(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW);
     }
-    if (!vec) max2x2_bwd_row(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW, W);
-#else
-    max2x2_bwd_row(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW, W);
 #endif
+    if (!vec) max2x2_bwd_row(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW);
+    // A last odd column (left out by floor rounding) gets no gradient.
+    const T zero = convert<T>(0.0f);
+    for (int64_t w = 2 * OW; w < W; ++w) gx0[w] = gx0[W + w] = zero;
     // The last output row of a plane also clears the input row that floor rounding left out.
-    if (r % OH == OH - 1 && 2 * OH < H) std::fill_n(gx0 + 2 * W, W, convert<T>(0.0f));
+    if (r % OH == OH - 1 && 2 * OH < H) std::fill_n(gx0 + 2 * W, W, zero);
   });
 }
 

@@ -69,16 +69,14 @@ struct ConvKey {
 enum class Role { kBatchIn, kBatchOut, kParamIn, kParamOut };
 
 // One primitive argument: its plain layout in the primitive's data type, the layout the primitive
-// chose, and the reorder between them when they differ. Parameter gradients also get `accumulate`,
-// a reorder from the chosen layout that adds into a plain fp32 accumulator.
+// chose, and the reorder between them when they differ (into the chosen layout for inputs, out of
+// it for outputs).
 struct ConvArg {
   int arg;
   Role role;
   memory::desc plain_md, prim_md;
   std::optional<dnnl::reorder> reorder;
   dnnl::primitive_desc_base reorder_pd;
-  std::optional<dnnl::reorder> accumulate;
-  dnnl::primitive_desc_base accumulate_pd;
 };
 
 struct ConvEntry {
@@ -96,18 +94,10 @@ onednn::PrimitiveCache<ConvKey, EntryPtr>& cache() {
 }
 
 ConvArg make_arg(int arg, Role role, const memory::desc& plain_md, const memory::desc& prim_md) {
-  ConvArg a{arg, role, plain_md, prim_md, std::nullopt, {}, std::nullopt, {}};
+  ConvArg a{arg, role, plain_md, prim_md, std::nullopt, {}};
   auto& eng = onednn::engine();
   const bool output = role == Role::kBatchOut || role == Role::kParamOut;
-  if (role == Role::kParamOut) {
-    dnnl::primitive_attr attr = onednn::base_attr();
-    dnnl::post_ops sum;
-    sum.append_sum(1.0f);
-    attr.set_post_ops(sum);
-    dnnl::reorder::primitive_desc rpd(eng, prim_md, eng, plain_md, attr);
-    a.accumulate = dnnl::reorder(rpd);
-    a.accumulate_pd = rpd;
-  } else if (plain_md != prim_md) {
+  if (plain_md != prim_md) {
     dnnl::reorder::primitive_desc rpd =
         output ? dnnl::reorder::primitive_desc(eng, prim_md, eng, plain_md, onednn::base_attr())
                : dnnl::reorder::primitive_desc(eng, plain_md, eng, prim_md, onednn::base_attr());
@@ -373,19 +363,22 @@ void run_chunk(std::vector<Job>& jobs, int64_t c, int64_t n0, int64_t n, ChunkSt
       Job::Buffers& b = st.bufs[ji][i];
       if (a.role == Role::kBatchIn) args[a.arg] = prepare_input(a, t.narrow(0, n0, n), b, shared_of(&t));
       if (a.role == Role::kBatchOut) args[a.arg] = prepare_output(a, t.narrow(0, n0, n), b);
-      if (a.role == Role::kParamOut)
-        args[a.arg] = memory(a.prim_md, onednn::engine(), scratch(b.prim, a.prim_md.get_size()));
+      if (a.role == Role::kParamOut) {
+        // The chunk's fp32 gradient goes to row c of the partials, through the reorder when the
+        // primitive chose another layout.
+        void* dst = a.reorder ? scratch(b.prim, a.prim_md.get_size()) : j.partials[i].select(0, c).raw_data();
+        args[a.arg] = memory(a.prim_md, onednn::engine(), dst);
+      }
     }
     onednn::execute(e.prim, e.pd, args);
     for (size_t i = 0; i < e.args.size(); ++i) {
       const ConvArg& a = e.args[i];
       if (a.role == Role::kBatchOut) finish_output(a, args[a.arg], j.tensors[i]->narrow(0, n0, n), st.bufs[ji][i]);
-      if (a.role == Role::kParamOut) {
-        const Tensor row = j.partials[i].select(0, c);
-        fill(row, 0.0);
-        std::unordered_map<int, memory> r{{DNNL_ARG_FROM, args[a.arg]},
-                                          {DNNL_ARG_TO, memory(a.plain_md, onednn::engine(), row.raw_data())}};
-        onednn::execute(*a.accumulate, a.accumulate_pd, r);
+      if (a.role == Role::kParamOut && a.reorder) {
+        std::unordered_map<int, memory> r{
+            {DNNL_ARG_FROM, args[a.arg]},
+            {DNNL_ARG_TO, memory(a.plain_md, onednn::engine(), j.partials[i].select(0, c).raw_data())}};
+        onednn::execute(*a.reorder, a.reorder_pd, r);
       }
     }
   }
@@ -415,7 +408,11 @@ void run(std::vector<Job>& jobs) {
       std::unordered_map<int, memory>& params = pass == 0 ? j.params : j.last_params;
       for (size_t i = 0; i < e->args.size(); ++i) {
         const ConvArg& a = e->args[i];
-        if (a.role == Role::kParamIn)
+        if (a.role != Role::kParamIn) continue;
+        // A last-chunk primitive that lays a parameter out as the full-chunk one does shares its copy.
+        if (pass == 1 && a.prim_md == j.entry->args[i].prim_md)
+          params[a.arg] = j.params.at(a.arg);
+        else
           params[a.arg] = prepare_input(a, *j.tensors[i], param_bufs.emplace_back(), nullptr);
       }
     }
@@ -458,14 +455,8 @@ void run(std::vector<Job>& jobs) {
     for (size_t i = 0; i < j.tensors.size(); ++i) {
       if (!j.partials[i].defined()) continue;
       const Tensor& t = *j.tensors[i];
-      Tensor acc = t.dtype() == kFloat32 ? t : Tensor::empty(t.shape(), kFloat32);
-      const float* p = j.partials[i].data_ptr<float>();
-      float* out = acc.data_ptr<float>();
-      const int64_t m = t.numel();
-      std::copy_n(p, m, out);
-      for (int64_t c = 1; c < chunks; ++c)
-        for (int64_t k = 0; k < m; ++k) out[k] += p[c * m + k];
-      if (t.dtype() != kFloat32) copy(t, acc);
+      MT_INTERNAL_ASSERT(t.is_contiguous());
+      sum_rows(j.partials[i], t.reshape({t.numel()}));
     }
   }
 }
