@@ -256,10 +256,10 @@ void max_pool_2x2_fwd(const Tensor& x, const Tensor& y, const Tensor& argmax) {
   for_2x2_rows(x.size(0) * x.size(1), H, W, OH, 4 * OW, [&](int64_t r, int64_t in) {
 #if MT_POOL_AVX512
     if constexpr (!std::is_same_v<T, double>) {
-      if (vec) return max2x2_row_avx512(xp + in, xp + in + W, yp + r * OW, ap + r * OW, OW);
+      if (vec) max2x2_row_avx512(xp + in, xp + in + W, yp + r * OW, ap + r * OW, OW);
     }
 #endif
-    max2x2_row(xp + in, xp + in + W, yp + r * OW, ap + r * OW, OW);
+    if (!vec) max2x2_row(xp + in, xp + in + W, yp + r * OW, ap + r * OW, OW);
   });
 }
 
