@@ -68,14 +68,15 @@ inline void expect_half_matches_fp32(const std::function<Tensor(const std::vecto
 // t flattened to 1-D (a 0-d tensor becomes [1]).
 inline Tensor flat(const Tensor& t) { return t.dim() == 0 ? t.unsqueeze(0) : t.reshape({-1}); }
 
-// Runs fn with OpenMP limited to `threads`, restoring the previous limit.
+// Runs fn with OpenMP limited to `threads`, restoring the previous limit (also when fn throws).
 template <typename Fn>
 auto with_threads(int threads, Fn&& fn) {
-  const int previous = omp_get_max_threads();
+  struct Restore {
+    int previous = omp_get_max_threads();
+    ~Restore() { omp_set_num_threads(previous); }
+  } restore;
   omp_set_num_threads(threads);
-  auto result = fn();
-  omp_set_num_threads(previous);
-  return result;
+  return fn();
 }
 
 // True when both tensors hold bit-identical values (same shape and dtype).
