@@ -10,7 +10,7 @@
 #include <functional>
 #include <memory>
 
-#include "kernels/cpu/optim_kernels.h"
+#include "kernels/elementwise.h"
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/sgd.h"
@@ -258,7 +258,8 @@ TEST(CompactState, ModelStateBytesPerParameter) {
 TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
   // Every storage combination (param dtype x master layout x m dtype) and option branch, over several
   // chunks with a ragged tail, with 1 and 2 threads.
-  if (!mt::kernels::force_portable_adam(false)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  namespace kn = mt::kernels;
+  if (!kn::cpu_supports_isa(kn::CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   struct Layout {
     mt::DType dtype;
     bool master, packed;
@@ -277,6 +278,7 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
       {"adam l2 amsgrad scaled", false, {.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true}, 0.25f},
       {"adamw beta1 0.3 (lerp from above)", true, {.lr = 1e-2, .betas = {0.3, 0.99}}, 1.0f},
   };
+  const kn::CpuIsa saved_isa = kn::elementwise_isa();
   const int saved_threads = omp_get_max_threads();
   for (const Layout& l : layouts)
     for (const Variant& v : variants)
@@ -284,7 +286,7 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
         SCOPED_TRACE(std::string(mt::name(l.dtype)) + (l.master ? (l.packed ? " packed" : " master") : "") + " " +
                      v.name + " m " + std::string(mt::name(m_dtype)));
         auto run = [&](bool portable, int threads) {
-          mt::kernels::force_portable_adam(portable);
+          kn::set_elementwise_isa(portable ? kn::CpuIsa::kGeneric : kn::CpuIsa::kAvx512);
           omp_set_num_threads(threads);
           const int64_t n = 2 * 16384 + 1000 + 7;
           mt::Tensor p = leaf(mt::from_vector(values(n, 1), {n}, {.dtype = l.dtype}));
@@ -314,6 +316,6 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
         EXPECT_EQ(portable, simd);
         EXPECT_EQ(simd, simd2);
       }
-  mt::kernels::force_portable_adam(false);
+  kn::set_elementwise_isa(saved_isa);
   omp_set_num_threads(saved_threads);
 }

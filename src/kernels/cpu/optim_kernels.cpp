@@ -13,16 +13,15 @@
 // them; the branches on options sit outside the loops), and the result is rounded back in bulk.
 // sqrt is done with _mm_sqrt_ps because GCC only vectorises std::sqrt under -fno-math-errno; both
 // are correctly rounded, so the results are the same bits. Adam/AdamW, the optimizer most runs use,
-// has a second path on AVX-512 CPUs that keeps the whole update of 16 elements in registers (one
-// read and one write per tensor and element, no intermediate buffers); it performs the same
-// operations in the same order (explicitly rounded, so never contracted into FMAs) and gives the
-// bits of the block path, which tests check.
+// has a second path, taken when elementwise_isa() is kAvx512 (tests switch it), that keeps the
+// whole update of 16 elements in registers (one read and one write per tensor and element, no
+// intermediate buffers); it performs the same operations in the same order (explicitly rounded, so
+// never contracted into FMAs) and gives the bits of the block path, which tests check.
 #include "kernels/cpu/optim_kernels.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -507,14 +506,7 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
     }
   }
 }
-
-bool cpu_has_avx512() {
-  static const bool has = cpu_supports_isa(CpuIsa::kAvx512);
-  return has;
-}
 #endif
-
-std::atomic<bool> g_force_portable_adam{false};
 
 template <typename Tensors>
 void check_step_tensors(const Tensors& t, const char* op) {
@@ -628,7 +620,7 @@ void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
   }
   bool simd = false;
 #if MT_OPTIM_AVX512
-  simd = cpu_has_avx512() && !g_force_portable_adam.load(std::memory_order_relaxed);
+  simd = elementwise_isa() == CpuIsa::kAvx512;
 #endif
   run_step(tensors, [&]<typename T>(const AdamTensors& t, int64_t b, int64_t e) {
     const AdamScalars c = adam_scalars(h, t.step);
@@ -647,15 +639,6 @@ void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
     else
       adam_chunk<T, float>(t, c, b, e);
   });
-}
-
-bool force_portable_adam(bool portable) {
-  g_force_portable_adam.store(portable, std::memory_order_relaxed);
-#if MT_OPTIM_AVX512
-  return cpu_has_avx512();
-#else
-  return false;
-#endif
 }
 
 }  // namespace mixtrain::kernels

@@ -75,13 +75,9 @@ struct AdamTensors {
 };
 
 // One pass over each element: every input is read once and every output written once, 16 lanes at a
-// time with AVX-512 where the CPU has it (else in blocks through fp32 buffers). Both paths perform
-// the same IEEE operations in the same order (no FMA contraction; sqrt and division are correctly
-// rounded), so they give the same bits.
+// time when elementwise_isa() (kernels/elementwise.h) is kAvx512, else in blocks through fp32
+// buffers. Both paths perform the same IEEE operations in the same order (no FMA contraction; sqrt
+// and division are correctly rounded), so they give the same bits.
 void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h);
-
-// Tests: run adam_step on the portable block path even where AVX-512 is available (false restores
-// the automatic choice). Returns whether the AVX-512 path is available on this CPU.
-bool force_portable_adam(bool portable);
 
 }  // namespace mixtrain::kernels
