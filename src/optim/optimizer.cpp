@@ -1,16 +1,17 @@
 // The optimizer base: groups, flat per-parameter state, master weights, state dicts.
 #include "mixtrain/optim/optimizer.h"
 
-#include <cstring>
 #include <set>
 
+#include "kernels/cpu/optim_kernels.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
 
 namespace mixtrain::optim {
 namespace {
 
-// Packed masters (mode (c)): the fp32 master's bits are (bf16 parameter bits << 16) | low.
+// Packed masters (mode (c)): the fp32 master's bits are (bf16 parameter bits << 16) | low, element by
+// element kernels::unpack_master / pack_master (shared with the optimizer kernels).
 
 Tensor new_master_low(const Tensor& param) {
   return zeros({param.numel(), 2}, {.dtype = kUInt8, .device = param.device()});
@@ -22,10 +23,7 @@ Tensor unpack_master(const Tensor& param, const Tensor& low) {
   const bfloat16* hi = param.data_ptr<bfloat16>();
   const auto* lo = reinterpret_cast<const uint16_t*>(low.data_ptr<uint8_t>());
   float* out = master.data_ptr<float>();
-  for (int64_t i = 0; i < param.numel(); ++i) {
-    const uint32_t bits = (static_cast<uint32_t>(hi[i].x) << 16) | lo[i];
-    std::memcpy(out + i, &bits, sizeof(bits));
-  }
+  for (int64_t i = 0; i < param.numel(); ++i) out[i] = kernels::unpack_master(hi[i].x, lo[i]);
   return master;
 }
 
@@ -35,10 +33,9 @@ void pack_master(const Tensor& master, const Tensor& param, const Tensor& low) {
   bfloat16* hi = param.data_ptr<bfloat16>();
   auto* lo = reinterpret_cast<uint16_t*>(low.data_ptr<uint8_t>());
   for (int64_t i = 0; i < param.numel(); ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, in + i, sizeof(bits));
-    hi[i] = bfloat16::from_bits(static_cast<uint16_t>(bits >> 16));
-    lo[i] = static_cast<uint16_t>(bits & 0xffffu);
+    const kernels::PackedMaster packed = kernels::pack_master(in[i]);
+    hi[i] = bfloat16::from_bits(packed.param_bits);
+    lo[i] = packed.low;
   }
 }
 

@@ -22,7 +22,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -266,8 +265,7 @@ struct ParamBlocks {
       std::memcpy(x, master + s, static_cast<size_t>(n) * sizeof(float));
     } else if (low != nullptr) {
       if constexpr (std::is_same_v<T, bfloat16>)
-        for (int64_t j = 0; j < n; ++j)
-          x[j] = std::bit_cast<float>((static_cast<uint32_t>(param[s + j].x) << 16) | low[s + j]);
+        for (int64_t j = 0; j < n; ++j) x[j] = unpack_master(param[s + j].x, low[s + j]);
     } else {
       load_block(param + s, x, n);
     }
@@ -276,9 +274,9 @@ struct ParamBlocks {
     if (low != nullptr) {
       if constexpr (std::is_same_v<T, bfloat16>)
         for (int64_t j = 0; j < n; ++j) {
-          const auto bits = std::bit_cast<uint32_t>(x[j]);
-          param[s + j] = bfloat16::from_bits(static_cast<uint16_t>(bits >> 16));
-          low[s + j] = static_cast<uint16_t>(bits & 0xffffu);
+          const PackedMaster packed = pack_master(x[j]);
+          param[s + j] = bfloat16::from_bits(packed.param_bits);
+          low[s + j] = packed.low;
         }
       return;
     }
@@ -470,7 +468,8 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
     if (master != nullptr) {
       x = _mm512_maskz_loadu_ps(k, master + i);
     } else if (low != nullptr) {
-      const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, param + i)), 16);
+      // unpack_master on 16 lanes: the widened bf16 parameter, its zero lower half filled from low.
+      const __m512i hi = _mm512_castps_si512(bf16_widen16(_mm256_maskz_loadu_epi16(k, param + i)));
       const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, low + i));
       x = _mm512_castsi512_ps(_mm512_or_si512(hi, lo));
     } else {
@@ -498,6 +497,7 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
       _mm512_mask_storeu_ps(master + i, k, x);
       store16(param + i, k, x);
     } else if (low != nullptr) {
+      // pack_master on 16 lanes.
       const __m512i u = _mm512_castps_si512(x);
       _mm256_mask_storeu_epi16(param + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
       _mm256_mask_storeu_epi16(low + i, k, _mm512_cvtepi32_epi16(u));  // vpmovdw keeps the low 16 bits

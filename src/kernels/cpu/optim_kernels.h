@@ -11,6 +11,7 @@
 // fp32 storage), and 16-bit outputs are rounded once, to nearest even.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -48,6 +49,22 @@ std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors
 //   - else the param itself.
 // Moment buffers are contiguous fp32, except Adam's exp_avg, which may be bf16.
 // inv_scale multiplies each gradient as it is read (1 when the grads are already unscaled).
+
+// The packed-master layout, element by element (the AVX-512 Adam kernel does the same 16 lanes at a
+// time): the fp32 master's upper 16 bits are the bf16 parameter's bits, its lower 16 bits are kept
+// in master_low.
+inline float unpack_master(uint16_t param_bits, uint16_t low) {
+  return std::bit_cast<float>((static_cast<uint32_t>(param_bits) << 16) | low);
+}
+
+struct PackedMaster {
+  uint16_t param_bits, low;
+};
+
+inline PackedMaster pack_master(float master) {
+  const auto bits = std::bit_cast<uint32_t>(master);
+  return {static_cast<uint16_t>(bits >> 16), static_cast<uint16_t>(bits & 0xffffu)};
+}
 
 struct SgdHyper {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
