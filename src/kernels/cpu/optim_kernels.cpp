@@ -479,8 +479,13 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
     if (l2) g = vadd(g, vmul(wd, x));
     __m512 m = load16(m_all + i, k);
     m = c.lerp_low ? vadd(m, vmul(w, vsub(g, m))) : vsub(g, vmul(vsub(g, m), one_minus_w));
-    store16(m_all + i, k, m);
-    if constexpr (!std::is_same_v<M, float>) m = load16(m_all + i, k);  // the update reads m as stored
+    if constexpr (std::is_same_v<M, float>) {
+      _mm512_mask_storeu_ps(m_all + i, k, m);
+    } else {  // rounded once; the update reads m as stored
+      const __m256i m16 = bf16_round16(m);
+      _mm256_mask_storeu_epi16(m_all + i, k, m16);
+      m = bf16_widen16(m16);
+    }
     __m512 v = _mm512_maskz_loadu_ps(k, v_all + i);
     v = vadd(vmul(v, b2), vmul(vmul(one_minus_b2, g), g));
     _mm512_mask_storeu_ps(v_all + i, k, v);
