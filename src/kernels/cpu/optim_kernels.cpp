@@ -158,32 +158,23 @@ inline bool any_nonfinite(const float* x, int64_t n) {
 
 template <typename T>
 bool scale_run(T* p, int64_t count, int64_t stride, float factor) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (stride == 1) {
-      // In place, one read (and, unless factor is 1, one write) per element: no staging buffer.
-      // The check looks at the values before scaling, as the buffered path does.
-      unsigned bad = 0;
-      for (int64_t s = 0; s < count; s += kBlock) {
-        float* q = p + s;
-        const int64_t n = std::min(kBlock, count - s);
-        bad |= static_cast<unsigned>(any_nonfinite(q, n));
-        if (factor == 1.0f) continue;  // check only: PyTorch's kernel skips the multiply when inv_scale == 1
-        for (int64_t j = 0; j < n; ++j) q[j] *= factor;
-      }
-      return bad != 0;
-    }
-  }
   if constexpr (kBlockType<T>) {
     if (stride == 1) {
+      // Block by block; fp32 in place (one read and, unless factor is 1, one write per element),
+      // 16-bit values through an fp32 buffer. The check looks at the values before scaling.
       alignas(64) float buf[kBlock];
       bool bad = false;
       for (int64_t s = 0; s < count; s += kBlock) {
         const int64_t n = std::min(kBlock, count - s);
-        load_block(p + s, buf, n);
-        bad |= any_nonfinite(buf, n);
+        float* q = buf;
+        if constexpr (std::is_same_v<T, float>)
+          q = p + s;
+        else
+          load_block(p + s, buf, n);
+        bad |= any_nonfinite(q, n);
         if (factor == 1.0f) continue;  // check only: PyTorch's kernel skips the multiply when inv_scale == 1
-        for (int64_t j = 0; j < n; ++j) buf[j] *= factor;
-        store_block(buf, p + s, n);
+        for (int64_t j = 0; j < n; ++j) q[j] *= factor;
+        if constexpr (!std::is_same_v<T, float>) store_block(buf, p + s, n);
       }
       return bad;
     }
