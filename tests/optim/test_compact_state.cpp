@@ -14,6 +14,7 @@
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/sgd.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
 namespace optim = mixtrain::optim;
@@ -149,7 +150,7 @@ TEST(CompactState, PackMastersAndStateDictsAreInterchangeable) {
   // A state-dict entry with a packed lower half is refused (state dicts carry the full master).
   optim::OptimizerStateDict bad = packed.state_dict();
   bad.state[0].master_low = mt::zeros({n, 2}, {.dtype = mt::kUInt8});
-  EXPECT_THROW(resumed.load_state_dict(bad), mt::Error);
+  EXPECT_MT_ERROR(resumed.load_state_dict(bad), "master_low", "not a state-dict entry");
 
   // sync_masters_from_params: the master becomes the parameter exactly.
   {
@@ -190,7 +191,7 @@ TEST(CompactState, Bf16FirstMomentIsStoredRoundedAndUsedAsStored) {
   }
   // The second moment cannot be bf16.
   mt::Tensor r = leaf(mt::zeros({4}));
-  EXPECT_THROW(optim::AdamW({r}, {.exp_avg_dtype = mt::kFloat16}), mt::Error);
+  EXPECT_MT_ERROR(optim::AdamW({r}, {.exp_avg_dtype = mt::kFloat16}), "exp_avg_dtype must be float32 or bfloat16");
 }
 
 TEST(CompactState, Bf16SecondMomentWouldStallWhileBf16FirstMomentTracks) {
@@ -306,9 +307,8 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
           const optim::ParamState& s = opt->state(0);
           std::vector<std::vector<float>> out = {p.to_vector<float>(), s.exp_avg.to_vector<float>(),
                                                  s.exp_avg_sq.to_vector<float>()};
-          out.push_back(opt->state_dict().state[0].master.defined()
-                            ? opt->state_dict().state[0].master.to_vector<float>()
-                            : std::vector<float>{});
+          const mt::Tensor master = opt->state_dict().state[0].master;
+          out.push_back(master.defined() ? master.to_vector<float>() : std::vector<float>{});
           if (s.max_exp_avg_sq.defined()) out.push_back(s.max_exp_avg_sq.to_vector<float>());
           return out;
         };
