@@ -12,11 +12,12 @@
 
 namespace mixtrain::detail::x86 {
 
-#define MT_TARGET_AVX512_HALF __attribute__((target("avx512f,avx512bw,avx512vl")))
+// The AVX-512 subset these steps and the bulk converters of half_convert_x86.cpp are built for.
+#define MT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 // The scalar fp32_to_bf16_bits on each of 16 lanes (round to nearest even, NaN -> quiet NaN),
 // packed to 16 bits.
-MT_TARGET_AVX512_HALF inline __m256i bf16_round16(__m512 x) {
+MT_TARGET_AVX512 inline __m256i bf16_round16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
@@ -27,7 +28,7 @@ MT_TARGET_AVX512_HALF inline __m256i bf16_round16(__m512 x) {
 }
 
 // 16 bf16 values widened exactly to fp32.
-MT_TARGET_AVX512_HALF inline __m512 bf16_widen16(__m256i h) {
+MT_TARGET_AVX512 inline __m512 bf16_widen16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 

@@ -21,7 +21,7 @@
 
 #define MT_TARGET_F16C __attribute__((target("avx,f16c")))
 #define MT_TARGET_AVX2 __attribute__((target("avx2")))
-#define MT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+// MT_TARGET_AVX512: core/half_convert_avx512.h.
 #define MT_TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace mixtrain::detail::x86 {

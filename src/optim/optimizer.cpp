@@ -1,19 +1,24 @@
 // The optimizer base: groups, flat per-parameter state, master weights, state dicts.
 #include "mixtrain/optim/optimizer.h"
 
-#include <cstring>
 #include <set>
+#include <utility>
 
+#include "kernels/cpu/optim_kernels.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
 
 namespace mixtrain::optim {
 namespace {
 
-// Packed masters (mode (c)): the fp32 master's bits are (bf16 parameter bits << 16) | low.
+// Packed masters (mode (c)): the fp32 master's bits are (bf16 parameter bits << 16) | low, element by
+// element kernels::unpack_master / pack_master (shared with the optimizer kernels).
 
-Tensor new_master_low(const Tensor& param) {
-  return zeros({param.numel(), 2}, {.dtype = kUInt8, .device = param.device()});
+// The lower halves of a bf16 parameter's packed master: zero for a master equal to the parameter,
+// left uninitialised for one that pack_master fills completely.
+Tensor new_master_low(const Tensor& param, bool zeroed) {
+  const TensorOptions options{.dtype = kUInt8, .device = param.device()};
+  return zeroed ? zeros({param.numel(), 2}, options) : empty({param.numel(), 2}, options);
 }
 
 // The fp32 master of a bf16 parameter and its packed lower half.
@@ -22,10 +27,7 @@ Tensor unpack_master(const Tensor& param, const Tensor& low) {
   const bfloat16* hi = param.data_ptr<bfloat16>();
   const auto* lo = reinterpret_cast<const uint16_t*>(low.data_ptr<uint8_t>());
   float* out = master.data_ptr<float>();
-  for (int64_t i = 0; i < param.numel(); ++i) {
-    const uint32_t bits = (static_cast<uint32_t>(hi[i].x) << 16) | lo[i];
-    std::memcpy(out + i, &bits, sizeof(bits));
-  }
+  for (int64_t i = 0; i < param.numel(); ++i) out[i] = kernels::unpack_master(hi[i].x, lo[i]);
   return master;
 }
 
@@ -35,17 +37,16 @@ void pack_master(const Tensor& master, const Tensor& param, const Tensor& low) {
   bfloat16* hi = param.data_ptr<bfloat16>();
   auto* lo = reinterpret_cast<uint16_t*>(low.data_ptr<uint8_t>());
   for (int64_t i = 0; i < param.numel(); ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, in + i, sizeof(bits));
-    hi[i] = bfloat16::from_bits(static_cast<uint16_t>(bits >> 16));
-    lo[i] = static_cast<uint16_t>(bits & 0xffffu);
+    const kernels::PackedMaster packed = kernels::pack_master(in[i]);
+    hi[i] = bfloat16::from_bits(packed.param_bits);
+    lo[i] = packed.low;
   }
 }
 
 // Replaces s.master by its packed form: the bf16 parameter takes the upper bits, s.master_low the
 // lower ones. The parameter's value may move (nearest -> truncated), hence the version bump.
 void pack_state(ParamState& s, Tensor& param) {
-  s.master_low = new_master_low(param);
+  s.master_low = new_master_low(param, /*zeroed=*/false);
   pack_master(s.master, param, s.master_low);
   s.master = Tensor();
   param.bump_version();
@@ -109,7 +110,7 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::vector<std::str
     if (is_reduced_float(p.dtype())) {
       has_reduced_precision_params_ = true;
       if (master_weights && packed_master && p.dtype() == kBFloat16) {
-        s.master_low = new_master_low(p);  // the master is the parameter's value exactly
+        s.master_low = new_master_low(p, /*zeroed=*/true);  // the master is the parameter's value exactly
       } else if (master_weights) {
         NoGradGuard no_grad;
         s.master = p.detach().to(kFloat32);  // exact: every 16-bit value is an fp32 value
@@ -181,11 +182,12 @@ OptimizerStateDict Optimizer::state_dict() const {
   sd.state.reserve(state_.size());
   std::vector<Tensor> params = parameters();
   for (size_t i = 0; i < state_.size(); ++i) {
-    ParamState s = state_[i].clone();
-    if (s.master_low.defined()) {  // state dicts hold the full fp32 master, whatever the layout
-      s.master = unpack_master(params[i], s.master_low);
-      s.master_low = Tensor();
-    }
+    // State dicts hold the full fp32 master, whatever the layout: a packed lower half is read, not
+    // copied, and a fresh master is built from it.
+    ParamState shared = state_[i];  // tensor handles only
+    const Tensor low = std::exchange(shared.master_low, Tensor());
+    ParamState s = shared.clone();
+    if (low.defined()) s.master = unpack_master(params[i], low);
     sd.state.push_back(std::move(s));
   }
   for (size_t g = 0; g < groups_.size(); ++g) {

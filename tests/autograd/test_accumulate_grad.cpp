@@ -1,7 +1,7 @@
 // AccumulateGrad takes a leaf's first gradient without a copy only when nothing else can see that
 // gradient's memory. Each case below hands the leaf a gradient that something else still holds or
 // aliases; a wrongly adopted gradient would show up as one .grad changing when another tensor is
-// written in place.
+// written in place. The last case checks the other side: an unshared gradient is adopted, not copied.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -86,4 +86,19 @@ TEST(AccumulateGrad, GradientOfAnotherDtypeIsConverted) {
   y.backward(mt::from_vector(std::vector<float>{1, 2}, {2}).to(mt::kBFloat16));
   EXPECT_EQ(x.grad().dtype(), mt::kFloat32);
   EXPECT_EQ(values(x.grad()), (std::vector<float>{1, 2}));
+}
+
+// The other side: a gradient that nothing else holds becomes .grad without a copy. mul's backward
+// computes g * 2 into one new tensor, and that one allocation is all backward makes; a copy into
+// .grad would be a second.
+TEST(AccumulateGrad, UnsharedGradientIsAdoptedWithoutACopy) {
+  mt::Tensor x = leaf({1, 2, 3, 4});
+  mt::Tensor y = mt::mul(x, 2.0);
+  const mt::Tensor g = mt::from_vector(std::vector<float>{1, 2, 3, 4}, {4});
+  const mt::memory::Stats before = mt::memory::stats();
+  y.backward(g);
+  const mt::memory::Stats after = mt::memory::stats();
+  EXPECT_EQ(values(x.grad()), (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_EQ(after.allocations - before.allocations, 1);
+  EXPECT_EQ(after.current_bytes - before.current_bytes, static_cast<int64_t>(x.grad().nbytes()));
 }

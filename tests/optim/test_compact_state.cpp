@@ -10,10 +10,11 @@
 #include <functional>
 #include <memory>
 
-#include "kernels/cpu/optim_kernels.h"
+#include "kernels/elementwise.h"
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/sgd.h"
+#include "support/expect_error.h"
 
 namespace mt = mixtrain;
 namespace optim = mixtrain::optim;
@@ -149,7 +150,7 @@ TEST(CompactState, PackMastersAndStateDictsAreInterchangeable) {
   // A state-dict entry with a packed lower half is refused (state dicts carry the full master).
   optim::OptimizerStateDict bad = packed.state_dict();
   bad.state[0].master_low = mt::zeros({n, 2}, {.dtype = mt::kUInt8});
-  EXPECT_THROW(resumed.load_state_dict(bad), mt::Error);
+  EXPECT_MT_ERROR(resumed.load_state_dict(bad), "master_low", "not a state-dict entry");
 
   // sync_masters_from_params: the master becomes the parameter exactly.
   {
@@ -190,7 +191,7 @@ TEST(CompactState, Bf16FirstMomentIsStoredRoundedAndUsedAsStored) {
   }
   // The second moment cannot be bf16.
   mt::Tensor r = leaf(mt::zeros({4}));
-  EXPECT_THROW(optim::AdamW({r}, {.exp_avg_dtype = mt::kFloat16}), mt::Error);
+  EXPECT_MT_ERROR(optim::AdamW({r}, {.exp_avg_dtype = mt::kFloat16}), "exp_avg_dtype must be float32 or bfloat16");
 }
 
 TEST(CompactState, Bf16SecondMomentWouldStallWhileBf16FirstMomentTracks) {
@@ -258,7 +259,8 @@ TEST(CompactState, ModelStateBytesPerParameter) {
 TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
   // Every storage combination (param dtype x master layout x m dtype) and option branch, over several
   // chunks with a ragged tail, with 1 and 2 threads.
-  if (!mt::kernels::force_portable_adam(false)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  namespace kn = mt::kernels;
+  if (!kn::cpu_supports_isa(kn::CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   struct Layout {
     mt::DType dtype;
     bool master, packed;
@@ -277,6 +279,7 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
       {"adam l2 amsgrad scaled", false, {.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true}, 0.25f},
       {"adamw beta1 0.3 (lerp from above)", true, {.lr = 1e-2, .betas = {0.3, 0.99}}, 1.0f},
   };
+  const kn::CpuIsa saved_isa = kn::elementwise_isa();
   const int saved_threads = omp_get_max_threads();
   for (const Layout& l : layouts)
     for (const Variant& v : variants)
@@ -284,7 +287,7 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
         SCOPED_TRACE(std::string(mt::name(l.dtype)) + (l.master ? (l.packed ? " packed" : " master") : "") + " " +
                      v.name + " m " + std::string(mt::name(m_dtype)));
         auto run = [&](bool portable, int threads) {
-          mt::kernels::force_portable_adam(portable);
+          kn::set_elementwise_isa(portable ? kn::CpuIsa::kGeneric : kn::CpuIsa::kAvx512);
           omp_set_num_threads(threads);
           const int64_t n = 2 * 16384 + 1000 + 7;
           mt::Tensor p = leaf(mt::from_vector(values(n, 1), {n}, {.dtype = l.dtype}));
@@ -304,9 +307,8 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
           const optim::ParamState& s = opt->state(0);
           std::vector<std::vector<float>> out = {p.to_vector<float>(), s.exp_avg.to_vector<float>(),
                                                  s.exp_avg_sq.to_vector<float>()};
-          out.push_back(opt->state_dict().state[0].master.defined()
-                            ? opt->state_dict().state[0].master.to_vector<float>()
-                            : std::vector<float>{});
+          const mt::Tensor master = opt->state_dict().state[0].master;
+          out.push_back(master.defined() ? master.to_vector<float>() : std::vector<float>{});
           if (s.max_exp_avg_sq.defined()) out.push_back(s.max_exp_avg_sq.to_vector<float>());
           return out;
         };
@@ -314,6 +316,6 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
         EXPECT_EQ(portable, simd);
         EXPECT_EQ(simd, simd2);
       }
-  mt::kernels::force_portable_adam(false);
+  kn::set_elementwise_isa(saved_isa);
   omp_set_num_threads(saved_threads);
 }

@@ -44,6 +44,14 @@ inline constexpr Tolerance kGemmFp32{1e-4, 1e-4};
 inline constexpr Tolerance kSoftmaxBwdBf16{2.0 / 256, 4.0 / 256};
 inline constexpr Tolerance kSoftmaxBwdFp16{2.0 / 2048, 4.0 / 2048};
 
+// Final training loss of a small MLP trained with bf16 parameters (fp32 masters, or packed masters
+// with a bf16 first moment) against the same run in fp32 with bf16 autocast: both run the same fp32
+// Adam update and differ by where bf16 rounding happens (bf16 weights and gradients, truncated
+// instead of rounded weights in the forward, a rounded first moment), so the losses drift apart
+// over training. Stated bound: within 15% of the fp32 run's loss plus 0.01 nats (measured: 7% for
+// fp32 masters, 0.3% for packed ones; tests/optim/test_master_weights.cpp).
+inline constexpr Tolerance kBf16ParamsTrainingLoss{0.15, 0.01};
+
 // Tolerance for comparing a kernel run in `dtype` with the same math in fp32.
 constexpr Tolerance vs_fp32(DType dtype) {
   switch (dtype) {

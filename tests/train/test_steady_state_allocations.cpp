@@ -2,7 +2,8 @@
 // (optimizer state, cast cache, oneDNN primitives and scratchpads), every tensor a step needs comes
 // from the caching allocator's free lists (DESIGN.md section 5). Real steps of a small MLP with
 // AdamW in every precision mode: fp32; bf16 and fp16 autocast with fp32 parameters; fp16 with the
-// GradScaler; bf16 and fp16 parameters with fp32 master weights.
+// GradScaler; bf16 and fp16 parameters with fp32 master weights; bf16 parameters with compact state
+// (packed masters and a bf16 first moment).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,6 +26,7 @@ struct Mode {
   tr::Precision precision;
   mt::DType param_dtype;
   bool scaler;
+  bool compact_state = false;
 };
 
 void PrintTo(const Mode& mode, std::ostream* os) { *os << mode.name; }
@@ -42,10 +44,12 @@ TEST_P(SteadyStateAllocations, NoSystemAllocationAfterWarmUp) {
   config.precision = mode.precision;
   config.param_dtype = mode.param_dtype;
   config.scaler = mode.scaler ? tr::ScalerMode::kOn : tr::ScalerMode::kOff;
+  config.compact_state = mode.compact_state;
   tr::prepare_model(*model, config);
   std::vector<mt::optim::NamedParameter> params;
   for (auto& [name, p] : model->named_parameters()) params.push_back({name, p});
   std::unique_ptr<mt::optim::Optimizer> opt = tr::adamw(1e-3, 0.01)(std::move(params));
+  tr::prepare_optimizer(*opt, config);
   mt::amp::GradScaler scaler(mt::amp::GradScalerOptions{.enabled = mode.scaler});
 
   const mt::Tensor input = mt::randn({32, 3, 4, 4});
@@ -90,5 +94,6 @@ INSTANTIATE_TEST_SUITE_P(Modes, SteadyStateAllocations,
                                            Mode{"fp16", tr::Precision::kFP16, mt::kFloat32, false},
                                            Mode{"fp16_scaler", tr::Precision::kFP16, mt::kFloat32, true},
                                            Mode{"bf16_master", tr::Precision::kBF16, mt::kBFloat16, false},
-                                           Mode{"fp16_master_scaler", tr::Precision::kFP16, mt::kFloat16, true}),
+                                           Mode{"fp16_master_scaler", tr::Precision::kFP16, mt::kFloat16, true},
+                                           Mode{"bf16_compact_state", tr::Precision::kBF16, mt::kBFloat16, false, true}),
                          [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });

@@ -314,11 +314,11 @@ TEST(Trainer, CompactStateHoldsTwelveBytesPerParameter) {
   run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16},
        .max_steps = 2,
        .out_dir = dir.path()});
-  EXPECT_THROW(
+  EXPECT_MT_ERROR(
       run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true},
            .max_steps = 3,
            .resume_from = dir.file("checkpoint.safetensors")}),
-      mt::Error);
+      "no trainer setting 'compact_state'");
 }
 
 TEST(Trainer, MasterWeightsNeedTheModelConvertedBeforeTheOptimizer) {

@@ -13,17 +13,15 @@
 // them; the branches on options sit outside the loops), and the result is rounded back in bulk.
 // sqrt is done with _mm_sqrt_ps because GCC only vectorises std::sqrt under -fno-math-errno; both
 // are correctly rounded, so the results are the same bits. Adam/AdamW, the optimizer most runs use,
-// has a second path on AVX-512 CPUs that keeps the whole update of 16 elements in registers (one
-// read and one write per tensor and element, no intermediate buffers); it performs the same
-// operations in the same order (explicitly rounded, so never contracted into FMAs) and gives the
-// bits of the block path, which tests check.
+// has a second path, taken when elementwise_isa() is kAvx512 (tests switch it), that keeps the
+// whole update of 16 elements in registers (one read and one write per tensor and element, no
+// intermediate buffers); it performs the same operations in the same order (explicitly rounded, so
+// never contracted into FMAs) and gives the bits of the block path, which tests check.
 #include "kernels/cpu/optim_kernels.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -160,32 +158,23 @@ inline bool any_nonfinite(const float* x, int64_t n) {
 
 template <typename T>
 bool scale_run(T* p, int64_t count, int64_t stride, float factor) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (stride == 1) {
-      // In place, one read (and, unless factor is 1, one write) per element: no staging buffer.
-      // The check looks at the values before scaling, as the buffered path does.
-      unsigned bad = 0;
-      for (int64_t s = 0; s < count; s += kBlock) {
-        float* q = p + s;
-        const int64_t n = std::min(kBlock, count - s);
-        bad |= static_cast<unsigned>(any_nonfinite(q, n));
-        if (factor == 1.0f) continue;  // check only: PyTorch's kernel skips the multiply when inv_scale == 1
-        for (int64_t j = 0; j < n; ++j) q[j] *= factor;
-      }
-      return bad != 0;
-    }
-  }
   if constexpr (kBlockType<T>) {
     if (stride == 1) {
+      // Block by block; fp32 in place (one read and, unless factor is 1, one write per element),
+      // 16-bit values through an fp32 buffer. The check looks at the values before scaling.
       alignas(64) float buf[kBlock];
       bool bad = false;
       for (int64_t s = 0; s < count; s += kBlock) {
         const int64_t n = std::min(kBlock, count - s);
-        load_block(p + s, buf, n);
-        bad |= any_nonfinite(buf, n);
+        float* q = buf;
+        if constexpr (std::is_same_v<T, float>)
+          q = p + s;
+        else
+          load_block(p + s, buf, n);
+        bad |= any_nonfinite(q, n);
         if (factor == 1.0f) continue;  // check only: PyTorch's kernel skips the multiply when inv_scale == 1
-        for (int64_t j = 0; j < n; ++j) buf[j] *= factor;
-        store_block(buf, p + s, n);
+        for (int64_t j = 0; j < n; ++j) q[j] *= factor;
+        if constexpr (!std::is_same_v<T, float>) store_block(buf, p + s, n);
       }
       return bad;
     }
@@ -267,8 +256,7 @@ struct ParamBlocks {
       std::memcpy(x, master + s, static_cast<size_t>(n) * sizeof(float));
     } else if (low != nullptr) {
       if constexpr (std::is_same_v<T, bfloat16>)
-        for (int64_t j = 0; j < n; ++j)
-          x[j] = std::bit_cast<float>((static_cast<uint32_t>(param[s + j].x) << 16) | low[s + j]);
+        for (int64_t j = 0; j < n; ++j) x[j] = unpack_master(param[s + j].x, low[s + j]);
     } else {
       load_block(param + s, x, n);
     }
@@ -277,9 +265,9 @@ struct ParamBlocks {
     if (low != nullptr) {
       if constexpr (std::is_same_v<T, bfloat16>)
         for (int64_t j = 0; j < n; ++j) {
-          const auto bits = std::bit_cast<uint32_t>(x[j]);
-          param[s + j] = bfloat16::from_bits(static_cast<uint16_t>(bits >> 16));
-          low[s + j] = static_cast<uint16_t>(bits & 0xffffu);
+          const PackedMaster packed = pack_master(x[j]);
+          param[s + j] = bfloat16::from_bits(packed.param_bits);
+          low[s + j] = packed.low;
         }
       return;
     }
@@ -471,7 +459,8 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
     if (master != nullptr) {
       x = _mm512_maskz_loadu_ps(k, master + i);
     } else if (low != nullptr) {
-      const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, param + i)), 16);
+      // unpack_master on 16 lanes: the widened bf16 parameter, its zero lower half filled from low.
+      const __m512i hi = _mm512_castps_si512(bf16_widen16(_mm256_maskz_loadu_epi16(k, param + i)));
       const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, low + i));
       x = _mm512_castsi512_ps(_mm512_or_si512(hi, lo));
     } else {
@@ -481,8 +470,13 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
     if (l2) g = vadd(g, vmul(wd, x));
     __m512 m = load16(m_all + i, k);
     m = c.lerp_low ? vadd(m, vmul(w, vsub(g, m))) : vsub(g, vmul(vsub(g, m), one_minus_w));
-    store16(m_all + i, k, m);
-    if constexpr (!std::is_same_v<M, float>) m = load16(m_all + i, k);  // the update reads m as stored
+    if constexpr (std::is_same_v<M, float>) {
+      _mm512_mask_storeu_ps(m_all + i, k, m);
+    } else {  // rounded once; the update reads m as stored
+      const __m256i m16 = bf16_round16(m);
+      _mm256_mask_storeu_epi16(m_all + i, k, m16);
+      m = bf16_widen16(m16);
+    }
     __m512 v = _mm512_maskz_loadu_ps(k, v_all + i);
     v = vadd(vmul(v, b2), vmul(vmul(one_minus_b2, g), g));
     _mm512_mask_storeu_ps(v_all + i, k, v);
@@ -499,6 +493,7 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
       _mm512_mask_storeu_ps(master + i, k, x);
       store16(param + i, k, x);
     } else if (low != nullptr) {
+      // pack_master on 16 lanes.
       const __m512i u = _mm512_castps_si512(x);
       _mm256_mask_storeu_epi16(param + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
       _mm256_mask_storeu_epi16(low + i, k, _mm512_cvtepi32_epi16(u));  // vpmovdw keeps the low 16 bits
@@ -507,14 +502,7 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
     }
   }
 }
-
-bool cpu_has_avx512() {
-  static const bool has = cpu_supports_isa(CpuIsa::kAvx512);
-  return has;
-}
 #endif
-
-std::atomic<bool> g_force_portable_adam{false};
 
 template <typename Tensors>
 void check_step_tensors(const Tensors& t, const char* op) {
@@ -628,7 +616,7 @@ void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
   }
   bool simd = false;
 #if MT_OPTIM_AVX512
-  simd = cpu_has_avx512() && !g_force_portable_adam.load(std::memory_order_relaxed);
+  simd = elementwise_isa() == CpuIsa::kAvx512;
 #endif
   run_step(tensors, [&]<typename T>(const AdamTensors& t, int64_t b, int64_t e) {
     const AdamScalars c = adam_scalars(h, t.step);
@@ -647,15 +635,6 @@ void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
     else
       adam_chunk<T, float>(t, c, b, e);
   });
-}
-
-bool force_portable_adam(bool portable) {
-  g_force_portable_adam.store(portable, std::memory_order_relaxed);
-#if MT_OPTIM_AVX512
-  return cpu_has_avx512();
-#else
-  return false;
-#endif
 }
 
 }  // namespace mixtrain::kernels

@@ -11,6 +11,7 @@
 // fp32 storage), and 16-bit outputs are rounded once, to nearest even.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -49,6 +50,22 @@ std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors
 // Moment buffers are contiguous fp32, except Adam's exp_avg, which may be bf16.
 // inv_scale multiplies each gradient as it is read (1 when the grads are already unscaled).
 
+// The packed-master layout, element by element (the AVX-512 Adam kernel does the same 16 lanes at a
+// time): the fp32 master's upper 16 bits are the bf16 parameter's bits, its lower 16 bits are kept
+// in master_low.
+inline float unpack_master(uint16_t param_bits, uint16_t low) {
+  return std::bit_cast<float>((static_cast<uint32_t>(param_bits) << 16) | low);
+}
+
+struct PackedMaster {
+  uint16_t param_bits, low;
+};
+
+inline PackedMaster pack_master(float master) {
+  const auto bits = std::bit_cast<uint32_t>(master);
+  return {static_cast<uint16_t>(bits >> 16), static_cast<uint16_t>(bits & 0xffffu)};
+}
+
 struct SgdHyper {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
@@ -75,13 +92,9 @@ struct AdamTensors {
 };
 
 // One pass over each element: every input is read once and every output written once, 16 lanes at a
-// time with AVX-512 where the CPU has it (else in blocks through fp32 buffers). Both paths perform
-// the same IEEE operations in the same order (no FMA contraction; sqrt and division are correctly
-// rounded), so they give the same bits.
+// time when elementwise_isa() (kernels/elementwise.h) is kAvx512, else in blocks through fp32
+// buffers. Both paths perform the same IEEE operations in the same order (no FMA contraction; sqrt
+// and division are correctly rounded), so they give the same bits.
 void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h);
-
-// Tests: run adam_step on the portable block path even where AVX-512 is available (false restores
-// the automatic choice). Returns whether the AVX-512 path is available on this CPU.
-bool force_portable_adam(bool portable);
 
 }  // namespace mixtrain::kernels
