@@ -74,3 +74,19 @@ mt_build() {
   for t in "$@"; do targets+=(--target "$t"); done
   cmake --build "$MT_BUILD_DIR" -j "$(nproc)" "${targets[@]}"
 }
+
+# The MIXTRAIN_MAX_ISA levels below this CPU's own, lowest last ("generic" on an AVX2-only CPU,
+# "avx512_bf16 avx512 avx2 generic" on one with AMX): the caps under which a different set of
+# kernels runs. Read from /proc/cpuinfo, as mixtrain reads cpuid (mixtrain/cpu.h has the levels).
+mt_isa_caps_below_native() {
+  local flags level=0
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  has() { for f in "$@"; do [[ "$flags" == *" $f "* ]] || return 1; done; }
+  has avx2 fma f16c && level=1
+  ((level == 1)) && has avx512f avx512bw avx512vl avx512dq && level=2
+  ((level == 2)) && has avx512_bf16 && level=3
+  ((level == 3)) && has amx_bf16 amx_tile && level=4
+  local names=(generic avx2 avx512 avx512_bf16) caps=() i
+  for ((i = level - 1; i >= 0; --i)); do caps+=("${names[i]}"); done
+  echo "${caps[*]}"
+}

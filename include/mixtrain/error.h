@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace mixtrain {
@@ -27,6 +28,11 @@ std::string concat(Args&&... args) {
   (os << ... << std::forward<Args>(args));
   return os.str();
 }
+
+// `text` from an untrusted source (a file, the environment, the command line) made safe to print
+// inside a message: in double quotes, with quotes, backslashes and control or non-ASCII bytes
+// escaped (\n, \xNN), and cut to `max_chars` bytes of input with "..." after it.
+std::string quote_untrusted(std::string_view text, size_t max_chars = 64);
 
 [[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
 [[noreturn]] void throw_internal(const char* file, int line, const char* cond, const std::string& msg);

@@ -1,6 +1,34 @@
 #include "mixtrain/error.h"
 
+#include <algorithm>
+
 namespace mixtrain::detail {
+
+std::string quote_untrusted(std::string_view text, size_t max_chars) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  const size_t n = std::min(text.size(), max_chars);
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+  if (text.size() > n) out += "...";
+  return out;
+}
 
 // User errors carry only the message: the file and line of the check mean nothing to a caller.
 void throw_error(const char* /*file*/, int /*line*/, const std::string& msg) { throw Error(msg); }

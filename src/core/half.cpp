@@ -1,15 +1,13 @@
 // src/core/half.cpp: printing of float16/bfloat16, and the bulk row converters with their run-time
-// choice of implementation (Note [Half conversions] in docs/notes/conversions.md).
+// choice of implementation under the ISA cap of mixtrain/cpu.h (Note [Half conversions] in
+// docs/notes/conversions.md).
 #include "mixtrain/half.h"
 
 #include <ostream>
 
 #include "core/half_convert.h"
+#include "mixtrain/cpu.h"
 #include "mixtrain/error.h"
-
-#if MT_HALF_X86_KERNELS
-#include <cpuid.h>
-#endif
 
 namespace mixtrain {
 
@@ -72,65 +70,41 @@ bool has_kernel(const Kernels& k, HalfConversion conv) {
   return false;
 }
 
-#if MT_HALF_X86_KERNELS
-struct CpuFeatures {
-  bool f16c = false;  // with AVX
-  bool avx2 = false;
-  bool avx512 = false;  // F, BW and VL
-  bool avx512bf16 = false;
-};
-
-// cpuid plus the OS check (XCR0) that the YMM / ZMM and opmask state is saved on context switch.
-CpuFeatures detect_cpu_features() {
-  CpuFeatures f;
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return f;
-  const bool osxsave = (c >> 27) & 1u;
-  if (!osxsave) return f;
-  uint32_t xcr0_lo = 0, xcr0_hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool ymm_state = (xcr0_lo & 0x06u) == 0x06u;  // SSE + AVX
-  const bool zmm_state = (xcr0_lo & 0xe6u) == 0xe6u;  // + opmask, ZMM_Hi256, Hi16_ZMM
-  const bool avx = ymm_state && ((c >> 28) & 1u);
-  f.f16c = avx && ((c >> 29) & 1u);
-  if (__get_cpuid_max(0, nullptr) < 7) return f;
-  __cpuid_count(7, 0, a, b, c, d);
-  const unsigned max_subleaf = a;
-  f.avx2 = avx && ((b >> 5) & 1u);
-  const bool avx512f = zmm_state && ((b >> 16) & 1u);
-  const bool avx512bw = (b >> 30) & 1u;
-  const bool avx512vl = (b >> 31) & 1u;
-  f.avx512 = avx512f && avx512bw && avx512vl;
-  if (max_subleaf >= 1) {
-    __cpuid_count(7, 1, a, b, c, d);
-    f.avx512bf16 = f.avx512 && ((a >> 5) & 1u);
+// The lowest ISA level (mixtrain/cpu.h) at which an implementation may run. The F16C converters
+// need only AVX + F16C, but every level from kAvx2 up has them, and one level scale keeps the cap
+// simple (a CPU with F16C but no AVX2 converts fp16 with the scalar code).
+cpu::Isa required_level(HalfImpl impl) {
+  switch (impl) {
+    case HalfImpl::kScalar: return cpu::Isa::kGeneric;
+    case HalfImpl::kF16C:
+    case HalfImpl::kAvx2: return cpu::Isa::kAvx2;
+    case HalfImpl::kAvx512: return cpu::Isa::kAvx512;
+    case HalfImpl::kAvx512Bf16: return cpu::Isa::kAvx512Bf16;
   }
-  return f;
+  return cpu::Isa::kAmx;
 }
 
-const CpuFeatures& cpu_features() {
-  static const CpuFeatures f = detect_cpu_features();
-  return f;
+bool runs_at(HalfImpl impl, cpu::Isa level) {
+  return impl == HalfImpl::kScalar || (MT_HALF_X86_KERNELS && required_level(impl) <= level);
 }
-#endif
 
-// The kernels the public converters call, chosen on first use.
+// The kernels the public converters call at one ISA level.
 struct Dispatch {
   HalfImpl impl[4] = {};
   Kernels k;
 };
 
-HalfImpl best_impl(HalfConversion conv) {
+HalfImpl best_impl(HalfConversion conv, cpu::Isa level) {
   HalfImpl best = HalfImpl::kScalar;
   for (HalfImpl impl : kAllHalfImpls) {
-    if (cpu_supports(impl) && implements(impl, conv)) best = impl;  // kAllHalfImpls is in preference order
+    if (runs_at(impl, level) && implements(impl, conv)) best = impl;  // kAllHalfImpls is in preference order
   }
   return best;
 }
 
-Dispatch make_dispatch() {
+Dispatch make_dispatch(cpu::Isa level) {
   Dispatch d;
-  for (HalfConversion conv : kAllHalfConversions) d.impl[static_cast<int>(conv)] = best_impl(conv);
+  for (HalfConversion conv : kAllHalfConversions) d.impl[static_cast<int>(conv)] = best_impl(conv, level);
   d.k.fp32_to_fp16 = kernels_of(d.impl[static_cast<int>(HalfConversion::kFp32ToFp16)]).fp32_to_fp16;
   d.k.fp16_to_fp32 = kernels_of(d.impl[static_cast<int>(HalfConversion::kFp16ToFp32)]).fp16_to_fp32;
   d.k.fp32_to_bf16 = kernels_of(d.impl[static_cast<int>(HalfConversion::kFp32ToBf16)]).fp32_to_bf16;
@@ -138,9 +112,12 @@ Dispatch make_dispatch() {
   return d;
 }
 
+// One table per level, built once; each call picks the one of cpu::isa() (the cap can change).
 const Dispatch& dispatch() {
-  static const Dispatch d = make_dispatch();
-  return d;
+  static const Dispatch per_level[] = {make_dispatch(cpu::Isa::kGeneric), make_dispatch(cpu::Isa::kAvx2),
+                                       make_dispatch(cpu::Isa::kAvx512), make_dispatch(cpu::Isa::kAvx512Bf16),
+                                       make_dispatch(cpu::Isa::kAmx)};
+  return per_level[static_cast<int>(cpu::isa())];
 }
 
 const Kernels& usable_kernels(HalfImpl impl, HalfConversion conv) {
@@ -148,7 +125,7 @@ const Kernels& usable_kernels(HalfImpl impl, HalfConversion conv) {
                                   kernels_of(HalfImpl::kAvx2), kernels_of(HalfImpl::kAvx512),
                                   kernels_of(HalfImpl::kAvx512Bf16)};
   MT_INTERNAL_ASSERT(cpu_supports(impl) && implements(impl, conv), "half conversion implementation ", name(impl),
-                     " cannot run ", name(conv), " on this machine");
+                     " cannot run ", name(conv), " at ISA level ", cpu::name(cpu::isa()));
   return table[static_cast<int>(impl)];
 }
 
@@ -175,21 +152,7 @@ const char* name(HalfConversion conv) {
   return "?";
 }
 
-bool cpu_supports(HalfImpl impl) {
-  if (impl == HalfImpl::kScalar) return true;
-#if MT_HALF_X86_KERNELS
-  const CpuFeatures& f = cpu_features();
-  switch (impl) {
-    case HalfImpl::kF16C: return f.f16c;
-    case HalfImpl::kAvx2: return f.avx2;
-    case HalfImpl::kAvx512: return f.avx512;
-    case HalfImpl::kAvx512Bf16: return f.avx512bf16;
-    default: return false;
-  }
-#else
-  return false;
-#endif
-}
+bool cpu_supports(HalfImpl impl) { return runs_at(impl, cpu::isa()); }
 
 bool implements(HalfImpl impl, HalfConversion conv) { return has_kernel(kernels_of(impl), conv); }
 

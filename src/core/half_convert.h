@@ -1,9 +1,9 @@
 // src/core/half_convert.h (internal): the implementations behind the bulk 16-bit converters of
 // mixtrain/half.h, and the hooks that let tests run every implementation this CPU supports.
 //
-// The public converters pick one implementation per conversion, once, from cpuid (Note [Half
-// conversions] in docs/notes/conversions.md). Every implementation is bit-identical to the scalar
-// functions in mixtrain/half.h.
+// The public converters pick one implementation per conversion at cpu::isa(), the CPU's level under
+// the ISA cap of mixtrain/cpu.h (Note [Half conversions] in docs/notes/conversions.md). Every
+// implementation is bit-identical to the scalar functions in mixtrain/half.h.
 #pragma once
 
 #include <cstdint>
@@ -39,13 +39,13 @@ inline constexpr HalfConversion kAllHalfConversions[] = {HalfConversion::kFp32To
 const char* name(HalfImpl impl);
 const char* name(HalfConversion conv);
 
-// True when `impl` was compiled in and this CPU (and OS) can run it.
+// True when `impl` was compiled in and may run at cpu::isa() (the CPU's level under the cap).
 bool cpu_supports(HalfImpl impl);
 // True when `impl` has a kernel for `conv`, whatever the CPU.
 bool implements(HalfImpl impl, HalfConversion conv);
 // The implementations usable for `conv` on this machine, kScalar first.
 std::vector<HalfImpl> supported_half_impls(HalfConversion conv);
-// The implementation the public converters use for `conv` (chosen once, on first use).
+// The implementation the public converters use for `conv` at the current cpu::isa().
 HalfImpl selected_half_impl(HalfConversion conv);
 
 // Run one specific implementation. Throws mt::Error (internal) when it is not usable for the

@@ -2,8 +2,8 @@
 // converters (half_convert_x86.cpp) and the kernels that convert inside their own loops (the
 // AVX-512 Adam kernel). Same bits as the scalar functions of mixtrain/half.h, NaN included.
 //
-// The functions carry their own target attribute; call them only from code that runs after cpuid
-// has shown AVX-512 F/BW/VL (a caller with a wider target list may inline them).
+// The functions carry their own target attribute; call them only from code that runs when
+// cpu::isa() >= kAvx512 (mixtrain/cpu.h; a caller with a wider target list may inline them).
 #pragma once
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -77,13 +77,4 @@ using CompareScalarFn = void(const Tensor& out, const Tensor& a, double b);
 const DispatchTable<CompareFn>& eq_kernel();
 const DispatchTable<CompareScalarFn>& compare_scalar_kernel(CompareOp op);
 
-// Which vector instruction set the CPU elementwise compute loops use. Chosen once from cpuid (the
-// best the CPU and OS support); tests switch it to check every variant against the generic one.
-// Variants may differ in the last bit (FMA contraction), never in the thread-count independence.
-enum class CpuIsa : uint8_t { kGeneric, kAvx2, kAvx512 };
-CpuIsa elementwise_isa();
-bool cpu_supports_isa(CpuIsa isa);
-// Selects `isa` (must be supported); returns the previous one.
-CpuIsa set_elementwise_isa(CpuIsa isa);
-
 }  // namespace mixtrain::kernels

@@ -45,13 +45,25 @@ void sum_to_size(const Tensor& x, const Tensor& out);
 
 // How bfloat16 matmuls and convolutions compute. kNative runs oneDNN's bf16 kernels; kFp32
 // converts the operands exactly to fp32, runs the fp32 kernel and rounds the result once (the same
-// numerics: bf16 inputs, fp32 accumulation). kAuto picks kNative on CPUs with AMX and kFp32
-// elsewhere: without AMX, oneDNN 2.6's bf16 kernels run on AVX512-BF16 dot products, which on the
-// Sapphire/Emerald Rapids cores measured here retire half the flops per cycle of fp32 FMAs
-// (docs/performance.md). The environment variable MIXTRAIN_BF16_PATH=native|fp32 overrides kAuto.
+// numerics: bf16 inputs, fp32 accumulation). kAuto picks kNative where oneDNN may use AMX (under
+// the ISA cap of mixtrain/cpu.h) and kFp32 elsewhere: without AMX, oneDNN 2.6's bf16 kernels run on
+// AVX512-BF16 dot products, which on the Sapphire/Emerald Rapids cores measured here retire half
+// the flops per cycle of fp32 FMAs (docs/performance.md), and below AVX-512 it has none at all.
+// The environment variable MIXTRAIN_BF16_PATH=native|fp32|auto overrides kAuto (read once; another
+// value is an mt::Error at the first bf16 product).
 enum class Bf16Path : uint8_t { kAuto, kNative, kFp32 };
+// Pins the path (kAuto: back to MIXTRAIN_BF16_PATH or the automatic choice). Pinning kNative where
+// it cannot run is allowed; the next bf16 product then throws (require_bf16_path_runs).
 void set_bf16_path(Bf16Path path);
-Bf16Path bf16_path();  // the resolved path: kNative or kFp32
+// The resolved path: kNative or kFp32. Throws mt::Error when MIXTRAIN_BF16_PATH is invalid.
+Bf16Path bf16_path();
+// Empty when oneDNN's native bf16 kernels can run here (CPU, ISA cap and oneDNN's level allow
+// them); else why not, naming the CPU feature and the level. Tests of the native path skip with it.
+std::string native_bf16_unavailable_reason();
+// Called by the bf16 kernels of `op` ("matmul", "conv2d") before they run: throws mt::Error naming
+// the op, the missing CPU feature and what pinned the path when the path is kNative and
+// native_bf16_unavailable_reason() is not empty.
+void require_bf16_path_runs(const char* op);
 
 // True when matmuls and convolutions of `dtype` run on the fp32 route: fp16 always (oneDNN 2.6 has
 // no f16 CPU kernels), bf16 where bf16_path() is kFp32. Callers that feed one 16-bit operand to

@@ -2,7 +2,6 @@
 #include "mixtrain/train/trainer.h"
 
 #include <fcntl.h>
-#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/autograd.h"
+#include "mixtrain/cpu.h"
 #include "mixtrain/error.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/memory.h"
@@ -27,6 +27,7 @@
 #include "mixtrain/ops/reduce.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/clip_grad.h"
+#include "mixtrain/parallel.h"
 #include "mixtrain/random.h"
 
 namespace mixtrain::train {
@@ -147,6 +148,8 @@ std::string TrainSummary::to_json(int indent) const {
             {"skipped_steps", skipped_steps},
             {"final_scale", final_scale},
             {"threads", threads},
+            {"cpu", cpu},
+            {"isa", isa},
             {"train_seconds", train_seconds},
             {"num_parameters", num_parameters},
             {"model_state_bytes", model_state_bytes},
@@ -442,7 +445,9 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.peak_bytes = std::max<int64_t>(0, run.peak - run.other_bytes);
   s.skipped_steps = skipped_steps_;
   s.final_scale = scaler_.get_scale();
-  s.threads = omp_get_max_threads();
+  s.threads = get_num_threads();
+  s.cpu = cpu::cpu_name();
+  s.isa = cpu::name(cpu::isa());
   s.train_seconds = std::chrono::duration<double>(Clock::now() - run.start).count();
   s.num_parameters = model_->num_parameters();
   const optim::ModelStateBytes state = optimizer_->model_state_bytes();

@@ -1,7 +1,6 @@
 // Seeded, counter-based random numbers (include/mixtrain/random.h, src/core/factory.cpp): the values
 // depend only on (seed, offset, index), never on the thread count, and have the right distribution.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "support/cpu_env.h"
 
 namespace mt = mixtrain;
 
@@ -67,22 +67,21 @@ TEST(Random, IndependentOfTheThreadCount) {
   // blocks, i.e. 8192 uniform or 2048 normal values).
   const mt::Shape shape{1 << 18};
   auto draw_all = [&](int threads) {
-    omp_set_num_threads(threads);
-    mt::Generator g(2024);
-    std::vector<mt::Tensor> out;
-    for (mt::DType dt : {mt::kFloat32, mt::kFloat64, mt::kBFloat16, mt::kFloat16}) {
-      out.push_back(mt::rand(shape, {.dtype = dt}, &g));
-      out.push_back(mt::randn(shape, {.dtype = dt}, &g));
-    }
-    out.push_back(mt::randint(-1000, 1000, shape, {.dtype = mt::kInt64}, &g));
-    out.push_back(mt::randint(0, 7, shape, {.dtype = mt::kInt32}, &g));
-    return out;
+    return mt::testing::with_threads(threads, [&] {
+      mt::Generator g(2024);
+      std::vector<mt::Tensor> out;
+      for (mt::DType dt : {mt::kFloat32, mt::kFloat64, mt::kBFloat16, mt::kFloat16}) {
+        out.push_back(mt::rand(shape, {.dtype = dt}, &g));
+        out.push_back(mt::randn(shape, {.dtype = dt}, &g));
+      }
+      out.push_back(mt::randint(-1000, 1000, shape, {.dtype = mt::kInt64}, &g));
+      out.push_back(mt::randint(0, 7, shape, {.dtype = mt::kInt32}, &g));
+      return out;
+    });
   };
-  const int saved = omp_get_max_threads();
   std::vector<mt::Tensor> one = draw_all(1);
   std::vector<mt::Tensor> two = draw_all(2);
   std::vector<mt::Tensor> four = draw_all(4);
-  omp_set_num_threads(saved);
   for (size_t i = 0; i < one.size(); ++i) {
     EXPECT_TRUE(bitwise_equal(one[i], two[i])) << "draw " << i << " differs between 1 and 2 threads";
     EXPECT_TRUE(bitwise_equal(one[i], four[i])) << "draw " << i << " differs between 1 and 4 threads";

@@ -156,10 +156,10 @@ TEST(Attention, FusedMatchesUnfusedComposition) {
   // 70 and 130 rows cross the 64-row query blocks, the 6-row register tiles and the 64-column tiles.
   for (Case c : {Case{70, 70, 16, 16}, Case{130, 130, 64, 64}, Case{9, 13, 5, 7}, Case{13, 9, 8, 3}}) {
     for (bool causal : {false, true}) {
-      for (bool generic : {false, true}) {
+      for (cpu::Isa level : kernel_isa_levels()) {  // the AVX-512 tiles where they run, the plain loop always
         SCOPED_TRACE("T " + std::to_string(c.T) + " S " + std::to_string(c.S) + " D " + std::to_string(c.D) +
-                     (causal ? " causal" : " full") + (generic ? " generic" : " default"));
-        const bool previous = kernels::attn::set_gemm_force_generic(generic);
+                     (causal ? " causal " : " full ") + cpu::name(level));
+        cpu::MaxIsaGuard cap(level);
         const std::vector<Tensor> in{randn32({2, 2, c.T, c.D}, 20), randn32({2, 2, c.S, c.D}, 21),
                                      randn32({2, 2, c.S, c.Dv}, 22)};
         const auto fused = value_and_grads(
@@ -169,7 +169,6 @@ TEST(Attention, FusedMatchesUnfusedComposition) {
             in, 23);
         const auto unfused = value_and_grads(
             [causal](const std::vector<Tensor>& x) { return unfused_sdpa(x[0], x[1], x[2], causal); }, in, 23);
-        kernels::attn::set_gemm_force_generic(previous);
         expect_all_close(fused, unfused, testing::kGemmFp32);
       }
     }
@@ -292,18 +291,20 @@ TEST(AttentionGemm, BandedProductsMatchTheLoop) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t k = 0; k < K; ++k)
         if ((band.k_hi != kOff && k > i + band.k_hi) || (band.k_lo != kOff && k < i + band.k_lo)) a[k * M + i] = 0;
-    for (bool generic : {false, true}) {
-      const bool previous = kernels::attn::set_gemm_force_generic(generic);
+    for (cpu::Isa level : kernel_isa_levels()) {
+      SCOPED_TRACE(cpu::name(level));
       std::vector<float> c(M * N, 7.0f);
-      kernels::attn::gemm(M, N, K, a.data(), 1, M, b.data(), N, c.data(), N, false, band);
-      kernels::attn::set_gemm_force_generic(previous);
+      {
+        cpu::MaxIsaGuard cap(level);
+        kernels::attn::gemm(M, N, K, a.data(), 1, M, b.data(), N, c.data(), N, false, band);
+      }
       for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) {
           if (band.n_hi != kOff && j > i + band.n_hi) continue;  // not needed: may be left as is
           double ref = 0;
           for (int64_t k = 0; k < K; ++k) ref += double(a[k * M + i]) * b[k * N + j];
           EXPECT_NEAR(c[i * N + j], ref, testing::kGemmFp32.atol + testing::kGemmFp32.rtol * std::abs(ref))
-              << "i " << i << " j " << j << (generic ? " generic" : "") << " band " << band.n_hi << "/"
+              << "i " << i << " j " << j << " band " << band.n_hi << "/"
               << band.k_hi << "/" << band.k_lo;
         }
       }

@@ -15,7 +15,6 @@ namespace mixtrain::testing {
 namespace {
 
 namespace F = nn::functional;
-using kernels::Bf16Path;
 using TL = std::vector<Tensor>;
 
 struct ConvCase {
@@ -54,14 +53,9 @@ Shape out_shape(const ConvCase& c) {
           (c.x[3] + 2 * o.padding_w - o.dilation_w * (c.w[3] - 1) - 1) / o.stride_w + 1};
 }
 
-struct Mode {
-  DType dtype;
-  Bf16Path path;
-};
-const Mode kModes[] = {{kFloat32, Bf16Path::kAuto},
-                       {kBFloat16, Bf16Path::kNative},
-                       {kBFloat16, Bf16Path::kFp32},
-                       {kFloat16, Bf16Path::kAuto}};
+// Runs once per GemmMode (fp32, bf16 native, bf16 via fp32, fp16); see test_linalg_util.h.
+class ConvModes : public GemmModeTest {};
+INSTANTIATE_TEST_SUITE_P(Modes, ConvModes, ::testing::ValuesIn(kGemmModes), gemm_mode_name);
 
 // Sets the batch-chunk budget of the oneDNN kernels for one scope.
 class ChunkBytesGuard {
@@ -73,11 +67,11 @@ class ChunkBytesGuard {
   int64_t previous_;
 };
 
-// Runs conv2d forward and backward for case c in mode m and checks y, gx, gw and gb against the
-// fp64 reference loops (only the gradients of the inputs that require one).
-void check_against_reference(const ConvCase& c, const Mode& m, bool with_bias, bool grad_x = true, bool grad_w = true,
-                             bool grad_b = true) {
-  Bf16PathGuard guard(m.path);
+// Runs conv2d forward and backward for case c in mode m (whose bf16 path the caller has pinned) and
+// checks y, gx, gw and gb against the fp64 reference loops (only the gradients of the inputs that
+// require one).
+void check_against_reference(const ConvCase& c, const GemmMode& m, bool with_bias, bool grad_x = true,
+                             bool grad_w = true, bool grad_b = true) {
   Tensor x = uniform_input(c.x, m.dtype, 1).requires_grad_(grad_x);
   Tensor w = uniform_input(c.w, m.dtype, 2).requires_grad_(grad_w);
   Tensor b = with_bias ? uniform_input({c.w[0]}, m.dtype, 3).requires_grad_(grad_b) : Tensor();
@@ -112,7 +106,7 @@ void check_against_reference(const ConvCase& c, const Mode& m, bool with_bias, b
   }
 }
 
-TEST(Conv2d, BatchChunksAgainstReference) {
+TEST_P(ConvModes, BatchChunksAgainstReference) {
   // Five images in chunks of one, and of two (2 + 2 + 1: the last chunk runs its own primitives).
   for (int i : {3, 9}) {  // groups; every option at once
     ConvCase c = kCases[i];
@@ -121,11 +115,8 @@ TEST(Conv2d, BatchChunksAgainstReference) {
         4 * std::max(c.x[1] * c.x[2] * c.x[3], out_shape(c)[1] * out_shape(c)[2] * out_shape(c)[3]);
     for (int64_t budget : {int64_t{1}, 2 * image_bytes}) {
       ChunkBytesGuard chunks(budget);
-      for (const Mode& m : kModes) {
-        SCOPED_TRACE(::testing::Message()
-                     << c.name << ", " << name(m.dtype) << " (" << path_name(m.path) << "), chunk budget " << budget);
-        check_against_reference(c, m, /*with_bias=*/true);
-      }
+      SCOPED_TRACE(::testing::Message() << c.name << ", chunk budget " << budget);
+      check_against_reference(c, GetParam(), /*with_bias=*/true);
     }
   }
 }
@@ -171,37 +162,32 @@ TEST(Conv2d, ChunksOnThreadsWithAShortLastChunkGiveTheSameBitsForAnyThreadCount)
   expect_same_bits_on_one_and_two_threads(c);
 }
 
-TEST(Conv2d, GradientsOfSomeInputsOnly) {
+TEST_P(ConvModes, GradientsOfSomeInputsOnly) {
   const ConvCase& c = kCases[3];  // groups 2
-  for (const Mode& m : kModes) {
-    SCOPED_TRACE(::testing::Message() << name(m.dtype) << " (" << path_name(m.path) << ")");
-    check_against_reference(c, m, true, /*grad_x=*/true, /*grad_w=*/false, /*grad_b=*/false);
-    check_against_reference(c, m, true, /*grad_x=*/false, /*grad_w=*/true, /*grad_b=*/true);
-    check_against_reference(c, m, true, /*grad_x=*/false, /*grad_w=*/false, /*grad_b=*/true);
-    check_against_reference(c, m, false, /*grad_x=*/false, /*grad_w=*/true, /*grad_b=*/false);
-  }
+  const GemmMode& m = GetParam();
+  check_against_reference(c, m, true, /*grad_x=*/true, /*grad_w=*/false, /*grad_b=*/false);
+  check_against_reference(c, m, true, /*grad_x=*/false, /*grad_w=*/true, /*grad_b=*/true);
+  check_against_reference(c, m, true, /*grad_x=*/false, /*grad_w=*/false, /*grad_b=*/true);
+  check_against_reference(c, m, false, /*grad_x=*/false, /*grad_w=*/true, /*grad_b=*/false);
 }
 
-TEST(Conv2d, ForwardAndBackwardAgainstReference) {
+TEST_P(ConvModes, ForwardAndBackwardAgainstReference) {
   for (const ConvCase& c : kCases) {
-    for (const Mode& m : kModes) {
-      for (bool with_bias : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << c.name << ", " << name(m.dtype) << " (" << path_name(m.path) << ")"
-                                          << (with_bias ? ", bias" : ", no bias"));
-        check_against_reference(c, m, with_bias);
-      }
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << c.name << (with_bias ? ", bias" : ", no bias"));
+      check_against_reference(c, GetParam(), with_bias);
     }
   }
 }
 
-TEST(Conv2d, NoReferenceKernelsForCommonShapes) {
-  // oneDNN picks its JIT kernels (not "ref:any") for the blocked formats the primitives ask for.
-  for (DType dt : {kFloat32, kBFloat16}) {
-    for (int i : {0, 1, 3, 5}) {
-      const ConvCase& c = kCases[i];
-      std::string impl = kernels::conv2d_impl_info(c.x, c.w, true, geometry(c.o), dt);
-      EXPECT_EQ(impl.find("ref"), std::string::npos) << c.name << " " << name(dt) << ": " << impl;
-    }
+TEST_P(ConvModes, NoReferenceKernelsForCommonShapes) {
+  // oneDNN picks its JIT kernels (not "ref:any") for the blocked formats the primitives ask for, in
+  // the dtype this mode's primitives compute in.
+  const DType dt = GetParam().onednn_dtype();
+  for (int i : {0, 1, 3, 5}) {
+    const ConvCase& c = kCases[i];
+    std::string impl = kernels::conv2d_impl_info(c.x, c.w, true, geometry(c.o), dt);
+    EXPECT_EQ(impl.find("ref"), std::string::npos) << c.name << " " << name(dt) << ": " << impl;
   }
 }
 
@@ -254,28 +240,27 @@ TEST(Conv2dGradcheck, Combinations) {
   }
 }
 
-TEST(Conv2dHalfGrads, MatchFp32Gradients) {
+class ConvHalfModes : public GemmModeTest {};
+INSTANTIATE_TEST_SUITE_P(Modes, ConvHalfModes, ::testing::ValuesIn(kHalfGemmModes), gemm_mode_name);
+
+TEST_P(ConvHalfModes, GradsMatchFp32Gradients) {
   const ConvCase& c = kCases[9];  // every option at once
-  for (const Mode& m : kModes) {
-    if (m.dtype == kFloat32) continue;
-    SCOPED_TRACE(::testing::Message() << name(m.dtype) << " (" << path_name(m.path) << ")");
-    Bf16PathGuard guard(m.path);
-    TL in32, in16;
-    uint64_t seed = 20;
-    for (const Shape& s : {c.x, c.w, Shape{c.w[0]}}) {
-      Tensor r = uniform_input(s, m.dtype, seed++);
-      in32.push_back(r.to(kFloat32).requires_grad_());
-      in16.push_back(r.requires_grad_());
-    }
-    Tensor y32 = F::conv2d(in32[0], in32[1], in32[2], c.o), y16 = F::conv2d(in16[0], in16[1], in16[2], c.o);
-    Tensor gy = uniform_input(y16.shape(), m.dtype, 30);
-    y32.backward(gy.to(kFloat32));
-    y16.backward(gy);
-    EXPECT_CLOSE(y16, y32, gemm_tol(m.dtype));
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_EQ(in16[i].grad().dtype(), m.dtype);
-      EXPECT_CLOSE(in16[i].grad(), in32[i].grad(), gemm_tol(m.dtype)) << "input " << i;
-    }
+  const GemmMode& m = GetParam();
+  TL in32, in16;
+  uint64_t seed = 20;
+  for (const Shape& s : {c.x, c.w, Shape{c.w[0]}}) {
+    Tensor r = uniform_input(s, m.dtype, seed++);
+    in32.push_back(r.to(kFloat32).requires_grad_());
+    in16.push_back(r.requires_grad_());
+  }
+  Tensor y32 = F::conv2d(in32[0], in32[1], in32[2], c.o), y16 = F::conv2d(in16[0], in16[1], in16[2], c.o);
+  Tensor gy = uniform_input(y16.shape(), m.dtype, 30);
+  y32.backward(gy.to(kFloat32));
+  y16.backward(gy);
+  EXPECT_CLOSE(y16, y32, gemm_tol(m.dtype));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(in16[i].grad().dtype(), m.dtype);
+    EXPECT_CLOSE(in16[i].grad(), in32[i].grad(), gemm_tol(m.dtype)) << "input " << i;
   }
 }
 

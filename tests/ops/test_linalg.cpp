@@ -10,44 +10,30 @@
 namespace mixtrain::testing {
 namespace {
 
-using kernels::Bf16Path;
-
-struct Mode {
-  DType dtype;
-  Bf16Path path;  // only meaningful for bf16
-};
-const Mode kModes[] = {{kFloat32, Bf16Path::kAuto},
-                       {kBFloat16, Bf16Path::kNative},
-                       {kBFloat16, Bf16Path::kFp32},
-                       {kFloat16, Bf16Path::kAuto}};
-
-std::string mode_name(const Mode& m) {
-  return std::string(name(m.dtype)) + (m.dtype == kBFloat16 ? std::string(" / ") + path_name(m.path) : "");
-}
-
-// Checks matmul(a, b) against the reference for every mode; `make` builds the operands (in the
-// given dtype) so that each mode sees the same values, rounded to its dtype.
-void check_matmul(const std::function<std::pair<Tensor, Tensor>(DType)>& make) {
-  for (const Mode& m : kModes) {
-    SCOPED_TRACE(mode_name(m));
-    Bf16PathGuard guard(m.path);
-    auto [a, b] = make(m.dtype);
+// Runs once per GemmMode (fp32, bf16 native, bf16 via fp32, fp16); see test_linalg_util.h.
+class MatmulModes : public GemmModeTest {
+ protected:
+  // Checks matmul(a, b) against the reference; `make` builds the operands in the mode's dtype.
+  void check_matmul(const std::function<std::pair<Tensor, Tensor>(DType)>& make) {
+    const DType dt = GetParam().dtype;
+    auto [a, b] = make(dt);
     Tensor c = matmul(a, b);
-    EXPECT_EQ(c.dtype(), m.dtype);
+    EXPECT_EQ(c.dtype(), dt);
     Tensor expected = ref_matmul(a, b);
     ASSERT_EQ(c.shape(), expected.shape());
-    EXPECT_CLOSE(c, expected, gemm_tol(m.dtype));
+    EXPECT_CLOSE(c, expected, gemm_tol(dt));
   }
-}
+};
+INSTANTIATE_TEST_SUITE_P(Modes, MatmulModes, ::testing::ValuesIn(kGemmModes), gemm_mode_name);
 
-TEST(Matmul, Plain2DAgainstReference) {
+TEST_P(MatmulModes, Plain2DAgainstReference) {
   for (auto [n, k, m] : {std::tuple{1, 1, 1}, {7, 13, 5}, {64, 128, 96}, {33, 257, 65}}) {
     SCOPED_TRACE(::testing::Message() << n << "x" << k << " @ " << k << "x" << m);
     check_matmul([&](DType dt) { return std::pair{uniform_input({n, k}, dt, 1), uniform_input({k, m}, dt, 2)}; });
   }
 }
 
-TEST(Matmul, TransposedOperandsAreReadInPlace) {
+TEST_P(MatmulModes, TransposedOperandsAreReadInPlace) {
   // a.t() and b.t() are column-major views; each combination must match and must not fall back to
   // oneDNN's reference kernel.
   for (int ta = 0; ta < 2; ++ta) {
@@ -59,16 +45,15 @@ TEST(Matmul, TransposedOperandsAreReadInPlace) {
         return std::pair{a, b};
       };
       check_matmul(make);
-      for (DType dt : {kFloat32, kBFloat16}) {
-        auto [a, b] = make(dt);
-        std::string impl = kernels::matmul_impl_info(a, b, Tensor(), Tensor::empty({30, 20}, dt));
-        EXPECT_EQ(impl.rfind("ref", 0), std::string::npos) << name(dt) << " runs " << impl;
-      }
+      const DType dt = GetParam().onednn_dtype();  // the primitive this mode runs
+      auto [a, b] = make(dt);
+      std::string impl = kernels::matmul_impl_info(a, b, Tensor(), Tensor::empty({30, 20}, dt));
+      EXPECT_EQ(impl.rfind("ref", 0), std::string::npos) << name(dt) << " runs " << impl;
     }
   }
 }
 
-TEST(Matmul, NonContiguousOperands) {
+TEST_P(MatmulModes, NonContiguousOperands) {
   // Rows with a gap (a padded leading dimension), a stepped column slice (needs a copy), a permuted
   // batch and an expanded (stride-0) batch.
   check_matmul([](DType dt) {
@@ -93,7 +78,7 @@ TEST(Matmul, NonContiguousOperands) {
   });
 }
 
-TEST(Matmul, BroadcastBatchDims) {
+TEST_P(MatmulModes, BroadcastBatchDims) {
   check_matmul([](DType dt) { return std::pair{uniform_input({2, 1, 5, 3}, dt, 13), uniform_input({4, 3, 6}, dt, 14)}; });
   check_matmul([](DType dt) { return std::pair{uniform_input({3, 5, 4}, dt, 15), uniform_input({4, 2}, dt, 16)}; });
   check_matmul([](DType dt) { return std::pair{uniform_input({5, 4}, dt, 17), uniform_input({3, 4, 2}, dt, 18)}; });
@@ -103,7 +88,7 @@ TEST(Matmul, BroadcastBatchDims) {
   });
 }
 
-TEST(Matmul, OneDimensionalOperands) {
+TEST_P(MatmulModes, OneDimensionalOperands) {
   check_matmul([](DType dt) { return std::pair{uniform_input({7}, dt, 21), uniform_input({7}, dt, 22)}; });
   check_matmul([](DType dt) { return std::pair{uniform_input({7}, dt, 23), uniform_input({7, 3}, dt, 24)}; });
   check_matmul([](DType dt) { return std::pair{uniform_input({3, 7}, dt, 25), uniform_input({7}, dt, 26)}; });
@@ -126,42 +111,35 @@ TEST(Matmul, Float64UsesTheReferenceLoop) {
   EXPECT_EQ(max_scaled_error(matmul(a, b), ref_matmul(a, b), {0, 0}), 0.0);
 }
 
-TEST(Bmm, AgainstReference) {
-  for (const Mode& m : kModes) {
-    SCOPED_TRACE(mode_name(m));
-    Bf16PathGuard guard(m.path);
-    Tensor a = uniform_input({3, 9, 16}, m.dtype, 33), b = uniform_input({3, 16, 11}, m.dtype, 34);
-    EXPECT_CLOSE(bmm(a, b), ref_matmul(a, b), gemm_tol(m.dtype));
-    Tensor bt = uniform_input({3, 11, 16}, m.dtype, 35).transpose(1, 2);
-    EXPECT_CLOSE(bmm(a, bt), ref_matmul(a, bt), gemm_tol(m.dtype));
-  }
+TEST_P(MatmulModes, BmmAgainstReference) {
+  const DType dt = GetParam().dtype;
+  Tensor a = uniform_input({3, 9, 16}, dt, 33), b = uniform_input({3, 16, 11}, dt, 34);
+  EXPECT_CLOSE(bmm(a, b), ref_matmul(a, b), gemm_tol(dt));
+  Tensor bt = uniform_input({3, 11, 16}, dt, 35).transpose(1, 2);
+  EXPECT_CLOSE(bmm(a, bt), ref_matmul(a, bt), gemm_tol(dt));
 }
 
-TEST(Linear, AgainstReferenceWithAndWithoutBias) {
-  for (const Mode& m : kModes) {
-    SCOPED_TRACE(mode_name(m));
-    Bf16PathGuard guard(m.path);
-    Tensor x = uniform_input({2, 5, 24}, m.dtype, 36), w = uniform_input({10, 24}, m.dtype, 37);
-    Tensor b = uniform_input({10}, m.dtype, 38);
-    Tensor y = linear(x, w, b);
-    EXPECT_EQ(y.shape(), (Shape{2, 5, 10}));
-    EXPECT_EQ(y.dtype(), m.dtype);
-    EXPECT_CLOSE(y, ref_matmul(x, w.t(), b), gemm_tol(m.dtype));
-    EXPECT_CLOSE(linear(x, w), ref_matmul(x, w.t()), gemm_tol(m.dtype));
-    Tensor x1 = uniform_input({24}, m.dtype, 39);  // 1-D input -> [out]
-    EXPECT_CLOSE(linear(x1, w, b), ref_matmul(x1, w.t(), b), gemm_tol(m.dtype));
-    Tensor xs = uniform_input({5, 2, 24}, m.dtype, 40).transpose(0, 1);  // rows do not merge: a copy
-    EXPECT_CLOSE(linear(xs, w, b), ref_matmul(xs, w.t(), b), gemm_tol(m.dtype));
-  }
+TEST_P(MatmulModes, LinearAgainstReferenceWithAndWithoutBias) {
+  const DType dt = GetParam().dtype;
+  Tensor x = uniform_input({2, 5, 24}, dt, 36), w = uniform_input({10, 24}, dt, 37);
+  Tensor b = uniform_input({10}, dt, 38);
+  Tensor y = linear(x, w, b);
+  EXPECT_EQ(y.shape(), (Shape{2, 5, 10}));
+  EXPECT_EQ(y.dtype(), dt);
+  EXPECT_CLOSE(y, ref_matmul(x, w.t(), b), gemm_tol(dt));
+  EXPECT_CLOSE(linear(x, w), ref_matmul(x, w.t()), gemm_tol(dt));
+  Tensor x1 = uniform_input({24}, dt, 39);  // 1-D input -> [out]
+  EXPECT_CLOSE(linear(x1, w, b), ref_matmul(x1, w.t(), b), gemm_tol(dt));
+  Tensor xs = uniform_input({5, 2, 24}, dt, 40).transpose(0, 1);  // rows do not merge: a copy
+  EXPECT_CLOSE(linear(xs, w, b), ref_matmul(xs, w.t(), b), gemm_tol(dt));
 }
 
-TEST(Linear, BiasIsFusedIntoThePrimitive) {
+TEST_P(MatmulModes, LinearBiasIsFusedIntoThePrimitive) {
   // Same shapes with and without bias are different primitives; both run oneDNN's fast kernels.
-  for (DType dt : {kFloat32, kBFloat16}) {
-    Tensor x = uniform_input({16, 32}, dt, 41), w = uniform_input({8, 32}, dt, 42), b = uniform_input({8}, dt, 43);
-    std::string impl = kernels::matmul_impl_info(x, w.t(), b, Tensor::empty({16, 8}, dt));
-    EXPECT_EQ(impl.rfind("ref", 0), std::string::npos) << impl;
-  }
+  const DType dt = GetParam().onednn_dtype();
+  Tensor x = uniform_input({16, 32}, dt, 41), w = uniform_input({8, 32}, dt, 42), b = uniform_input({8}, dt, 43);
+  std::string impl = kernels::matmul_impl_info(x, w.t(), b, Tensor::empty({16, 8}, dt));
+  EXPECT_EQ(impl.rfind("ref", 0), std::string::npos) << impl;
 }
 
 TEST(LinalgErrors, MessagesNameTheOpAndShapes) {

@@ -109,7 +109,11 @@ void expect_grads_match_fp32(const std::function<Tensor(const TL&)>& f, const TL
   }
 }
 
-TEST(LinalgHalfGrads, MatchFp32Gradients) {
+// Runs once per 16-bit GemmMode (bf16 native, bf16 via fp32, fp16); see test_linalg_util.h.
+class LinalgHalfModes : public GemmModeTest {};
+INSTANTIATE_TEST_SUITE_P(Modes, LinalgHalfModes, ::testing::ValuesIn(kHalfGemmModes), gemm_mode_name);
+
+TEST_P(LinalgHalfModes, GradsMatchFp32Gradients) {
   struct Case {
     const char* name;
     std::function<Tensor(const TL&)> f;
@@ -123,15 +127,11 @@ TEST(LinalgHalfGrads, MatchFp32Gradients) {
       {"linear", [](const TL& x) { return linear(x[0], x[1], x[2]); }, {{4, 6, 32}, {12, 32}, {12}}},
   };
   for (const Case& c : cases) {
-    for (auto [dtype, path] :
-         {std::pair{kBFloat16, Bf16Path::kNative}, {kBFloat16, Bf16Path::kFp32}, {kFloat16, Bf16Path::kAuto}}) {
-      SCOPED_TRACE(::testing::Message() << c.name << ", " << name(dtype) << ", " << path_name(path));
-      Bf16PathGuard guard(path);
-      TL values;
-      uint64_t seed = 50;
-      for (const Shape& s : c.shapes) values.push_back(uniform_input(s, kFloat32, seed++));
-      expect_grads_match_fp32(c.f, values, dtype);
-    }
+    SCOPED_TRACE(c.name);
+    TL values;
+    uint64_t seed = 50;
+    for (const Shape& s : c.shapes) values.push_back(uniform_input(s, kFloat32, seed++));
+    expect_grads_match_fp32(c.f, values, GetParam().dtype);
   }
 }
 

@@ -1,9 +1,10 @@
-// Helpers shared by the linalg and conv tests: seeded inputs, the reference-kernel oracles, and a
-// guard that pins the bf16 compute path.
+// Helpers shared by the linalg and conv tests: seeded inputs, the reference-kernel oracles, a guard
+// that pins the bf16 compute path, and the fixture of tests that run once per compute mode.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 #include "kernels/cpu/ref/linalg_ref.h"
@@ -58,10 +59,52 @@ class Bf16PathGuard {
  public:
   explicit Bf16PathGuard(kernels::Bf16Path path) { kernels::set_bf16_path(path); }
   ~Bf16PathGuard() { kernels::set_bf16_path(kernels::Bf16Path::kAuto); }
+  Bf16PathGuard(const Bf16PathGuard&) = delete;
+  Bf16PathGuard& operator=(const Bf16PathGuard&) = delete;
 };
 
-inline const char* path_name(kernels::Bf16Path p) {
-  return p == kernels::Bf16Path::kNative ? "bf16 native" : p == kernels::Bf16Path::kFp32 ? "bf16 via fp32" : "auto";
+// One way a matrix product or convolution can compute: its dtype and, for bf16, the pinned path.
+struct GemmMode {
+  DType dtype;
+  kernels::Bf16Path path;  // only meaningful for bf16
+
+  // The dtype oneDNN's primitive computes in: bf16 only on the native path.
+  DType onednn_dtype() const { return dtype == kBFloat16 && path == kernels::Bf16Path::kNative ? kBFloat16 : kFloat32; }
+};
+inline const GemmMode kGemmModes[] = {{kFloat32, kernels::Bf16Path::kAuto},
+                                      {kBFloat16, kernels::Bf16Path::kNative},
+                                      {kBFloat16, kernels::Bf16Path::kFp32},
+                                      {kFloat16, kernels::Bf16Path::kAuto}};
+// The 16-bit ones (tests that compare a 16-bit run with fp32).
+inline const GemmMode kHalfGemmModes[] = {{kBFloat16, kernels::Bf16Path::kNative},
+                                          {kBFloat16, kernels::Bf16Path::kFp32},
+                                          {kFloat16, kernels::Bf16Path::kAuto}};
+
+// gtest prints the parameter next to each test name.
+inline void PrintTo(const GemmMode& m, std::ostream* os) {
+  *os << name(m.dtype);
+  if (m.dtype == kBFloat16) *os << (m.path == kernels::Bf16Path::kNative ? " native" : " via fp32");
 }
+
+inline std::string gemm_mode_name(const ::testing::TestParamInfo<GemmMode>& info) {
+  const GemmMode& m = info.param;
+  if (m.dtype != kBFloat16) return std::string(name(m.dtype));
+  return m.path == kernels::Bf16Path::kNative ? "bfloat16_native" : "bfloat16_via_fp32";
+}
+
+// Fixture of the tests that run once per GemmMode: pins the mode's bf16 path for the test. The
+// native bf16 mode skips, with the reason, where oneDNN's bf16 kernels cannot run (CPUs below
+// AVX-512, or MIXTRAIN_MAX_ISA below avx512); the fp32-route and fp16 modes always run.
+class GemmModeTest : public ::testing::TestWithParam<GemmMode> {
+ protected:
+  void SetUp() override {
+    if (GetParam().path == kernels::Bf16Path::kNative) {
+      const std::string why = kernels::native_bf16_unavailable_reason();
+      if (!why.empty()) GTEST_SKIP() << "native bf16 path cannot run here: " << why;
+    }
+    kernels::set_bf16_path(GetParam().path);
+  }
+  void TearDown() override { kernels::set_bf16_path(kernels::Bf16Path::kAuto); }
+};
 
 }  // namespace mixtrain::testing

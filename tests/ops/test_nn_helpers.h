@@ -3,7 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cstring>
 #include <functional>
@@ -15,6 +14,7 @@
 #include "mixtrain/factory.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/tensor.h"
+#include "support/cpu_env.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
 
@@ -67,17 +67,6 @@ inline void expect_half_matches_fp32(const std::function<Tensor(const std::vecto
 
 // t flattened to 1-D (a 0-d tensor becomes [1]).
 inline Tensor flat(const Tensor& t) { return t.dim() == 0 ? t.unsqueeze(0) : t.reshape({-1}); }
-
-// Runs fn with OpenMP limited to `threads`, restoring the previous limit (also when fn throws).
-template <typename Fn>
-auto with_threads(int threads, Fn&& fn) {
-  struct Restore {
-    int previous = omp_get_max_threads();
-    ~Restore() { omp_set_num_threads(previous); }
-  } restore;
-  omp_set_num_threads(threads);
-  return fn();
-}
 
 // True when both tensors hold bit-identical values (same shape and dtype).
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/elementwise.h"
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
 
@@ -118,7 +117,6 @@ Tensor awkward_input(const Shape& shape, uint64_t seed) {
 }
 
 TEST(MaxPool2d, MatchesReferenceEveryDtypeIsaAndWindow) {
-  namespace kn = kernels;
   const F::Pool2dOptions options[] = {
       {.kernel_h = 2, .kernel_w = 2},  // the 2x2 stride-2 fast path
       {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1},
@@ -127,15 +125,15 @@ TEST(MaxPool2d, MatchesReferenceEveryDtypeIsaAndWindow) {
   // Odd sizes (floor rounding drops the last row / column), a row of more than 16 windows (vector
   // tail), a single window.
   const Shape shapes[] = {{2, 3, 7, 9}, {1, 2, 6, 70}, {1, 1, 2, 2}, {3, 5, 14, 14}};
-  const kn::CpuIsa saved = kn::elementwise_isa();
-  for (kn::CpuIsa isa : {kn::CpuIsa::kGeneric, kn::CpuIsa::kAvx2, kn::CpuIsa::kAvx512}) {
-    if (!kn::cpu_supports_isa(isa)) continue;
-    kn::set_elementwise_isa(isa);
+  // Every vector level this CPU reaches under the cap (the AVX-512 2x2 path among them where it can
+  // run); the generic loops always.
+  for (cpu::Isa level : kernel_isa_levels()) {
+    cpu::MaxIsaGuard cap(level);
     for (const auto& o : options) {
       for (const Shape& shape : shapes) {
         if (shape[2] + 2 * o.padding_h < o.kernel_h || shape[3] + 2 * o.padding_w < o.kernel_w) continue;
         for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
-          SCOPED_TRACE(::testing::Message() << "isa " << static_cast<int>(isa) << ", kernel " << o.kernel_h << "x"
+          SCOPED_TRACE(::testing::Message() << "isa " << cpu::name(level) << ", kernel " << o.kernel_h << "x"
                                             << o.kernel_w << ", " << shape << ", " << name(dt));
           Tensor x = awkward_input(shape, 7).to(dt).requires_grad_();
           Tensor y = F::max_pool2d(x, o);
@@ -152,7 +150,6 @@ TEST(MaxPool2d, MatchesReferenceEveryDtypeIsaAndWindow) {
       }
     }
   }
-  kn::set_elementwise_isa(saved);
 }
 
 TEST(MaxPool2d, SixteenBitValuesAreCopiedBitForBit) {

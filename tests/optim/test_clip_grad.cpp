@@ -2,13 +2,13 @@
 // scaling, error_if_nonfinite, 16-bit and strided gradients, thread-count independence.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <limits>
 
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/optim/clip_grad.h"
+#include "support/cpu_env.h"
 
 namespace mt = mixtrain;
 using mt::optim::clip_grad_norm_;
@@ -94,21 +94,20 @@ TEST(ClipGradNorm, SixteenBitAndStridedGradients) {
 
 TEST(ClipGradNorm, ThreadCountIndependent) {
   auto run = [](int threads) {
-    omp_set_num_threads(threads);
-    mt::Generator g(9);
-    std::vector<mt::Tensor> ps;
-    for (int64_t n : {100000, 7, 50000}) {
-      mt::Tensor p = mt::zeros({n});
-      p.requires_grad_();
-      p.set_grad(mt::randn({n}, {}, &g));
-      ps.push_back(p);
-    }
-    double norm = clip_grad_norm_(ps, 1.0);
-    return std::make_pair(norm, ps[0].grad().to_vector<float>());
+    return mt::testing::with_threads(threads, [] {
+      mt::Generator g(9);
+      std::vector<mt::Tensor> ps;
+      for (int64_t n : {100000, 7, 50000}) {
+        mt::Tensor p = mt::zeros({n});
+        p.requires_grad_();
+        p.set_grad(mt::randn({n}, {}, &g));
+        ps.push_back(p);
+      }
+      double norm = clip_grad_norm_(ps, 1.0);
+      return std::make_pair(norm, ps[0].grad().to_vector<float>());
+    });
   };
-  const int saved = omp_get_max_threads();
   auto one = run(1), four = run(4);
-  omp_set_num_threads(saved);
   EXPECT_EQ(one.first, four.first);
   EXPECT_EQ(one.second, four.second);
   EXPECT_NEAR(one.first, std::sqrt(150007.0), 0.01 * std::sqrt(150007.0));

@@ -3,7 +3,6 @@
 // full masters, and the AVX-512 Adam kernel against the portable one. Why the second moment stays
 // fp32 is shown here too.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <bit>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/sgd.h"
+#include "support/cpu_env.h"
 #include "support/expect_error.h"
 
 namespace mt = mixtrain;
@@ -259,8 +259,8 @@ TEST(CompactState, ModelStateBytesPerParameter) {
 TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
   // Every storage combination (param dtype x master layout x m dtype) and option branch, over several
   // chunks with a ragged tail, with 1 and 2 threads.
-  namespace kn = mt::kernels;
-  if (!kn::cpu_supports_isa(kn::CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (mt::cpu::isa() < mt::cpu::Isa::kAvx512)
+    GTEST_SKIP() << "the AVX-512 Adam kernel cannot run at " << mt::cpu::describe();
   struct Layout {
     mt::DType dtype;
     bool master, packed;
@@ -279,43 +279,42 @@ TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {
       {"adam l2 amsgrad scaled", false, {.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true}, 0.25f},
       {"adamw beta1 0.3 (lerp from above)", true, {.lr = 1e-2, .betas = {0.3, 0.99}}, 1.0f},
   };
-  const kn::CpuIsa saved_isa = kn::elementwise_isa();
-  const int saved_threads = omp_get_max_threads();
   for (const Layout& l : layouts)
     for (const Variant& v : variants)
       for (mt::DType m_dtype : {mt::kFloat32, mt::kBFloat16}) {
         SCOPED_TRACE(std::string(mt::name(l.dtype)) + (l.master ? (l.packed ? " packed" : " master") : "") + " " +
                      v.name + " m " + std::string(mt::name(m_dtype)));
         auto run = [&](bool portable, int threads) {
-          kn::set_elementwise_isa(portable ? kn::CpuIsa::kGeneric : kn::CpuIsa::kAvx512);
-          omp_set_num_threads(threads);
-          const int64_t n = 2 * 16384 + 1000 + 7;
-          mt::Tensor p = leaf(mt::from_vector(values(n, 1), {n}, {.dtype = l.dtype}));
-          optim::AdamOptions o = v.o;
-          o.master_weights = l.master;
-          o.packed_master = l.packed;
-          o.exp_avg_dtype = m_dtype;
-          std::unique_ptr<optim::Adam> opt = v.adamw ? std::make_unique<optim::AdamW>(std::vector<mt::Tensor>{p}, o)
-                                                     : std::make_unique<optim::Adam>(std::vector<mt::Tensor>{p}, o);
-          for (int t = 0; t < 3; ++t) {
-            p.set_grad(mt::from_vector(values(n, 7 + t, 0.5), {n}, {.dtype = l.dtype}));
-            if (v.inv_scale != 1.0f)
-              opt->step_scaled(v.inv_scale, false);
-            else
-              opt->step();
-          }
-          const optim::ParamState& s = opt->state(0);
-          std::vector<std::vector<float>> out = {p.to_vector<float>(), s.exp_avg.to_vector<float>(),
-                                                 s.exp_avg_sq.to_vector<float>()};
-          const mt::Tensor master = opt->state_dict().state[0].master;
-          out.push_back(master.defined() ? master.to_vector<float>() : std::vector<float>{});
-          if (s.max_exp_avg_sq.defined()) out.push_back(s.max_exp_avg_sq.to_vector<float>());
-          return out;
+          // The portable path at the AVX2 level, where its fp32 buffers are converted with the AVX2
+          // and F16C converters; the AVX-512 path under the ambient cap.
+          mt::cpu::MaxIsaGuard cap(portable ? mt::cpu::Isa::kAvx2 : mt::cpu::max_isa());
+          return mt::testing::with_threads(threads, [&] {
+            const int64_t n = 2 * 16384 + 1000 + 7;
+            mt::Tensor p = leaf(mt::from_vector(values(n, 1), {n}, {.dtype = l.dtype}));
+            optim::AdamOptions o = v.o;
+            o.master_weights = l.master;
+            o.packed_master = l.packed;
+            o.exp_avg_dtype = m_dtype;
+            std::unique_ptr<optim::Adam> opt = v.adamw ? std::make_unique<optim::AdamW>(std::vector<mt::Tensor>{p}, o)
+                                                       : std::make_unique<optim::Adam>(std::vector<mt::Tensor>{p}, o);
+            for (int t = 0; t < 3; ++t) {
+              p.set_grad(mt::from_vector(values(n, 7 + t, 0.5), {n}, {.dtype = l.dtype}));
+              if (v.inv_scale != 1.0f)
+                opt->step_scaled(v.inv_scale, false);
+              else
+                opt->step();
+            }
+            const optim::ParamState& s = opt->state(0);
+            std::vector<std::vector<float>> out = {p.to_vector<float>(), s.exp_avg.to_vector<float>(),
+                                                   s.exp_avg_sq.to_vector<float>()};
+            const mt::Tensor master = opt->state_dict().state[0].master;
+            out.push_back(master.defined() ? master.to_vector<float>() : std::vector<float>{});
+            if (s.max_exp_avg_sq.defined()) out.push_back(s.max_exp_avg_sq.to_vector<float>());
+            return out;
+          });
         };
         const auto portable = run(true, 1), simd = run(false, 1), simd2 = run(false, 2);
         EXPECT_EQ(portable, simd);
         EXPECT_EQ(simd, simd2);
       }
-  kn::set_elementwise_isa(saved_isa);
-  omp_set_num_threads(saved_threads);
 }

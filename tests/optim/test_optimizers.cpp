@@ -2,13 +2,13 @@
 // (PyTorch's documented algorithms), parameter groups, zero_grad, state-dict round trips, option
 // checks. Gradients are set directly, so these tests need no other op.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/sgd.h"
+#include "support/cpu_env.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
 
@@ -272,19 +272,18 @@ TEST(Optimizer, StepAcceptsStridedGradientsAndIsThreadCountIndependent) {
   EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{-1, -2, -3, -4, -5, -6}));
   // A large multi-chunk parameter gives the same bits with 1 and several threads.
   auto run_with = [](int threads) {
-    omp_set_num_threads(threads);
-    mt::Generator g(5);
-    mt::Tensor q = mt::randn({100003}, {}, &g);
-    q.requires_grad_();
-    optim::Adam o({q}, {.lr = 0.1, .amsgrad = true});
-    for (int t = 0; t < 3; ++t) {
-      q.set_grad(mt::randn({100003}, {}, &g));
-      o.step();
-    }
-    return q.to_vector<float>();
+    return mt::testing::with_threads(threads, [] {
+      mt::Generator g(5);
+      mt::Tensor q = mt::randn({100003}, {}, &g);
+      q.requires_grad_();
+      optim::Adam o({q}, {.lr = 0.1, .amsgrad = true});
+      for (int t = 0; t < 3; ++t) {
+        q.set_grad(mt::randn({100003}, {}, &g));
+        o.step();
+      }
+      return q.to_vector<float>();
+    });
   };
-  const int saved = omp_get_max_threads();
   std::vector<float> one = run_with(1), four = run_with(4);
-  omp_set_num_threads(saved);
   EXPECT_EQ(one, four);
 }

@@ -1,8 +1,9 @@
 // Training flags, --data parsing, dataset loading and TrainerOptions for the mixtrain CLI.
 #include "cli_common.h"
 
+#include <mixtrain/cpu.h>
+#include <mixtrain/parallel.h>
 #include <mixtrain/random.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -112,8 +113,8 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
         ->capture_default_str();
     app.add_option("--seed", a.seed, "Seed of the model init, data order and every generator")->capture_default_str();
-    app.add_option("--threads", a.threads, "OpenMP threads (0: every core)")
-        ->check(CLI::Range(0, 4096))
+    app.add_option("--threads", a.threads, "CPU threads (0: one per logical processor)")
+        ->check(CLI::Range(0, kMaxThreads))
         ->capture_default_str();
   }
   if (has(Flags::kTraining)) {
@@ -175,8 +176,8 @@ void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision 
 }
 
 int apply_threads(int threads) {
-  const int n = threads > 0 ? threads : omp_get_num_procs();
-  omp_set_num_threads(n);
+  const int n = threads > 0 ? threads : std::min(num_processors(), kMaxThreads);
+  set_num_threads(n);
   return n;
 }
 

@@ -2,6 +2,7 @@
 // conversion of flags into mt::train::TrainerOptions. Argument parsing lives only in tools/mixtrain.
 #pragma once
 
+#include <mixtrain/cpu.h>
 #include <mixtrain/data/dataset.h>
 #include <mixtrain/nn/models.h>
 #include <mixtrain/train/trainer.h>

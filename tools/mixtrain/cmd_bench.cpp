@@ -85,6 +85,8 @@ int run_bench(const BenchArgs& b) {
                               {"steps", a.steps},
                               {"warmup", b.warmup},
                               {"threads", threads},
+                              {"cpu", s.cpu},
+                              {"isa", s.isa},
                               {"step_ms_median", s.step_ms_median},
                               {"samples_per_sec", s.samples_per_sec},
                               {"gflops", s.gflops.value_or(0.0)},
@@ -101,6 +103,7 @@ int run_bench(const BenchArgs& b) {
               a.model.c_str(), a.precision.c_str(), s.scaler ? "on" : "off", s.master_weights.c_str(),
               static_cast<long long>(a.batch_size), static_cast<long long>(a.steps), static_cast<long long>(b.warmup),
               threads);
+  std::printf("  cpu          %s\n", cpu::describe().c_str());
   std::printf("  step time    %.3f ms (median)\n", s.step_ms_median);
   std::printf("  throughput   %.0f samples/s\n", s.samples_per_sec);
   std::printf("  compute      %.1f GFLOP/s (%lld training FLOPs per sample)\n", s.gflops.value_or(0.0),

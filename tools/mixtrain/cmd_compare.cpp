@@ -201,6 +201,7 @@ int run_compare(const CompareArgs& in) {
       a.model.c_str(), static_cast<long long>(info.num_parameters), describe(spec).c_str(),
       static_cast<long long>(a.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
       static_cast<unsigned long long>(a.seed), threads);
+  std::printf("cpu %s\n", cpu::describe().c_str());
   std::fflush(stdout);
 
   std::vector<Row> rows;
@@ -226,7 +227,7 @@ int run_compare(const CompareArgs& in) {
      << "Same model initialisation, data order and seed in every precision. " << rows[0].s.steps
      << (rows[0].s.steps == 1 ? " step (" : " steps (") << fmt("%.2f", rows[0].s.epochs) << " epochs), batch "
      << a.batch_size << ", AdamW lr " << a.lr << " (" << describe_lr_decay(a) << ") weight decay " << a.weight_decay
-     << ", seed " << a.seed << ", " << threads << " threads, "
+     << ", seed " << a.seed << ", " << threads << " threads on " << cpu::describe() << ", "
      << (a.master_weights == "same" ? "16-bit parameters with fp32 masters" : "fp32 parameters through autocast")
      << ".\n\n"
      << markdown_table(cells) << "\n"

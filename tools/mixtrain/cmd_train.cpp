@@ -77,6 +77,7 @@ int run_train(const RunArgs& in) {
               a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(),
               static_cast<long long>(a.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
               static_cast<unsigned long long>(a.seed), threads);
+  std::printf("cpu %s\n", cpu::describe().c_str());
   if (!a.resume.empty()) std::printf("resuming from %s\n", a.resume.c_str());
   std::fflush(stdout);
 

@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // An invalid MIXTRAIN_MAX_ISA is reported here, before any work.
+    if (!inspect->parsed()) mixtrain::cpu::isa();
     if (train->parsed()) return cli::run_train(train_args);
     if (compare->parsed()) return cli::run_compare(compare_args);
     if (bench->parsed()) return cli::run_bench(bench_args);

@@ -166,7 +166,9 @@ struct TrainSummary {
   int64_t peak_bytes = 0;        // peak tensor bytes of training (weights, grads, optimizer state, activations)
   int64_t skipped_steps = 0;     // steps the GradScaler skipped, over the whole run
   double final_scale = 1;        // loss scale after the last step (1 without a scaler)
-  int threads = 0;               // OpenMP threads
+  int threads = 0;               // get_num_threads()
+  std::string cpu;               // cpu::cpu_name(): the processor the step times come from
+  std::string isa;               // cpu::isa(): the instruction-set level the kernels ran at
   double train_seconds = 0;      // wall time of this fit() call
   int64_t num_parameters = 0;
   // Optimizer::model_state_bytes() at the end: params + grads + masters + optimizer state, and that

@@ -4,9 +4,8 @@
 #include "kernels/cpu/attention_gemm.h"
 
 #include <algorithm>
-#include <atomic>
 
-#include "kernels/elementwise.h"
+#include "mixtrain/cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -17,8 +16,6 @@
 
 namespace mixtrain::kernels::attn {
 namespace {
-
-std::atomic<bool> g_force_generic{false};
 
 // k range [begin, end) of the terms that can be non-zero for rows [i0, i1) of C.
 struct KRange {
@@ -157,8 +154,7 @@ void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, i
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
           float* C, int64_t ldc, bool accumulate, const Band& band) {
 #if MT_ATTN_HAVE_AVX512
-  static const bool have_avx512 = cpu_supports_isa(CpuIsa::kAvx512);
-  if (have_avx512 && !g_force_generic.load(std::memory_order_relaxed))
+  if (cpu::isa() >= cpu::Isa::kAvx512)
     return gemm_avx512(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
 #endif
   gemm_generic(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
@@ -168,7 +164,5 @@ void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t rsa, int64_t
           double* C, int64_t ldc, bool accumulate, const Band& band) {
   gemm_generic(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
 }
-
-bool set_gemm_force_generic(bool force) { return g_force_generic.exchange(force); }
 
 }  // namespace mixtrain::kernels::attn

@@ -4,8 +4,8 @@
 // Accumulation: fp32 for float (FMAs in a fixed k order per element), fp64 for double. Each element
 // of C is summed over k in increasing order by one thread, so results never depend on the thread
 // count. The float version runs an AVX-512 register-blocked kernel (6 rows x 64 columns of C held
-// in registers) where the CPU has AVX-512, a plain loop elsewhere; double always runs the plain
-// loop (it exists for gradient checks).
+// in registers) where cpu::isa() allows AVX-512 (mixtrain/cpu.h), a plain loop elsewhere; double
+// always runs the plain loop (it exists for gradient checks).
 //
 // Why not oneDNN: the blocks are 64-128 wide, the operands are strided views of per-thread scratch
 // and the causal band lets whole tiles be skipped; one call per (batch, head, block) through the
@@ -37,8 +37,5 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t 
           float* C, int64_t ldc, bool accumulate, const Band& band = {});
 void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t rsa, int64_t csa, const double* B, int64_t ldb,
           double* C, int64_t ldc, bool accumulate, const Band& band = {});
-
-// Forces the plain loop for float too (tests compare both paths); returns the previous setting.
-bool set_gemm_force_generic(bool force);
 
 }  // namespace mixtrain::kernels::attn

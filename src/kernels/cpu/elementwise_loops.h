@@ -9,7 +9,7 @@
 // contiguous arrays, which the compiler vectorises, and the result block is rounded once on store.
 // That keeps the per-op code a scalar functor while every dtype, stride pattern and ISA shares one
 // loop. The compute loop is compiled three times (generic x86-64, AVX2+FMA, AVX-512) and picked at
-// run time (elementwise_isa()).
+// run time from cpu::isa() (mixtrain/cpu.h: the CPU's level under the ISA cap).
 //
 // Thread-count independence: contiguous operands are split into blocks at fixed positions, so an
 // element's result never depends on how the blocks are spread over threads; strided operands are
@@ -29,6 +29,7 @@
 
 #include "kernels/cpu/loops.h"
 #include "kernels/elementwise.h"
+#include "mixtrain/cpu.h"
 #include "mixtrain/half.h"
 
 namespace mixtrain::kernels::ew {
@@ -95,10 +96,10 @@ MT_EW_DEFINE_APPLY(apply_avx512,
 #undef MT_EW_DEFINE_APPLY
 
 template <typename F, typename C, typename... P>
-inline void apply(CpuIsa isa, const F& f, C* res, int64_t n, const P*... in) {
+inline void apply(cpu::Isa isa, const F& f, C* res, int64_t n, const P*... in) {
 #if MT_EW_HAVE_X86_VARIANTS
-  if (isa == CpuIsa::kAvx512) return apply_avx512(f, res, n, in...);
-  if (isa == CpuIsa::kAvx2) return apply_avx2(f, res, n, in...);
+  if (isa >= cpu::Isa::kAvx512) return apply_avx512(f, res, n, in...);
+  if (isa >= cpu::Isa::kAvx2) return apply_avx2(f, res, n, in...);
 #endif
   apply_generic(f, res, n, in...);
 }
@@ -115,7 +116,7 @@ void map(const F& f, const Tensor& out, const Ins&... ins) {
   if (n == 0) return;
   T* const o = static_cast<T*>(out.raw_data());
   const std::array<const T*, M> p{static_cast<const T*>(ins.raw_data())...};
-  const CpuIsa isa = elementwise_isa();
+  const cpu::Isa isa = cpu::isa();
 
   // One run of `len` elements: out at dst (stride ds), inputs at src[k] (stride st[k]).
   auto run = [&](T* dst, int64_t ds, const std::array<const T*, M>& src, const std::array<int64_t, M>& st,

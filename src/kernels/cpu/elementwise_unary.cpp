@@ -269,43 +269,11 @@ const UnaryTables& unary_tables() {
   return tables;
 }
 
-// ---- ISA selection. ----
-
-bool supports(CpuIsa isa) {
-#if MT_EW_HAVE_X86_VARIANTS
-  __builtin_cpu_init();
-  switch (isa) {
-    case CpuIsa::kGeneric: return true;
-    case CpuIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case CpuIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
-  }
-  return false;
-#else
-  return isa == CpuIsa::kGeneric;
-#endif
-}
-
-std::atomic<CpuIsa>& isa_slot() {
-  static std::atomic<CpuIsa> isa{supports(CpuIsa::kAvx512) ? CpuIsa::kAvx512
-                                 : supports(CpuIsa::kAvx2) ? CpuIsa::kAvx2
-                                                           : CpuIsa::kGeneric};
-  return isa;
-}
-
 }  // namespace
 
 const DispatchTable<UnaryFn>& unary_kernel(UnaryOp op) { return unary_tables().forward[static_cast<int>(op)]; }
 const DispatchTable<UnaryBackwardFn>& unary_backward_kernel(UnaryOp op) {
   return unary_tables().backward[static_cast<int>(op)];
-}
-
-CpuIsa elementwise_isa() { return isa_slot().load(std::memory_order_relaxed); }
-bool cpu_supports_isa(CpuIsa isa) { return supports(isa); }
-CpuIsa set_elementwise_isa(CpuIsa isa) {
-  MT_CHECK(supports(isa), "set_elementwise_isa: this CPU does not support ISA variant ", static_cast<int>(isa));
-  return isa_slot().exchange(isa);
 }
 
 }  // namespace mixtrain::kernels

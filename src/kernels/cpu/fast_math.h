@@ -1,7 +1,7 @@
 // Branch-free fp32 math shared by the CPU kernels (internal to src/kernels/cpu/*.cpp).
 //
 // Header-only and force-inlined on purpose: the files that use it compile their loops once per ISA
-// (elementwise_loops.h's per-ISA compute loop, nn_vec.cpp's target_clones), and each of those
+// (elementwise_loops.h's per-ISA compute loop, nn_vec.cpp's per-ISA builds), and each of those
 // copies must inline this code to vectorise it for its own instruction set. An out-of-line copy
 // would be a scalar call compiled for the baseline ISA.
 #pragma once

@@ -11,13 +11,14 @@
 // input-gradient element exactly once (the gradient of its window's output, or zero) with no
 // scratch and no scatter. Taking a maximum and routing a gradient are exact, so the selected
 // elements are copied bit for bit (a 16-bit input is never widened and rounded back), and the fast
-// path gives the same bits as the general one. With AVX-512 (elementwise_isa() == kAvx512) it runs
+// path gives the same bits as the general one. With AVX-512 (cpu::isa() >= kAvx512) it runs
 // 16 windows per step, comparing in fp32 and selecting the raw 16-bit (or fp32) values.
 #include <limits>
 
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/elementwise.h"
 #include "kernels/nn.h"
+#include "mixtrain/cpu.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MT_POOL_AVX512 1
@@ -81,7 +82,7 @@ bool is_2x2_stride_2(const Pool2dParams& p) {
   return p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0;
 }
 
-bool use_avx512() { return MT_POOL_AVX512 && elementwise_isa() == CpuIsa::kAvx512; }
+bool use_avx512() { return MT_POOL_AVX512 && cpu::isa() >= cpu::Isa::kAvx512; }
 
 // ---- 2x2 stride 2, scalar: rows `in0`, `in1` of the input, OW windows.
 

@@ -2,7 +2,8 @@
 //
 // Accumulation: fp32 for the float rows, fp64 for the double rows. Each primitive is written once as
 // a template; the float instantiation is wrapped in a function built three times (AVX-512, AVX2,
-// baseline) and chosen by the loader from cpuid, the double one is built once. `omp simd reduction`
+// baseline) and chosen per call from cpu::isa() (the CPU's level under the ISA cap of
+// mixtrain/cpu.h), the double one is built once. `omp simd reduction`
 // lets the compiler vectorise the sums without -ffast-math. The AVX2 and AVX-512 builds may contract
 // a * b + c into FMAs and sum in their own vector order, so results can differ in the last bits
 // between ISA levels, never between thread counts or runs on one machine.
@@ -14,10 +15,20 @@
 
 #include "kernels/cpu/fast_math.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define MT_NNVEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#include "mixtrain/cpu.h"
+
+// The x86-64-v3 (AVX2, FMA, F16C, BMI) and x86-64-v4 (+ AVX-512 F/BW/VL/DQ/CD) micro-architecture
+// levels, the same levels as cpu::Isa::kAvx2 and kAvx512.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MT_NNVEC_X86 1
+#define MT_NNVEC_V3 __attribute__((target("arch=x86-64-v3")))
+#define MT_NNVEC_V4 __attribute__((target("arch=x86-64-v4")))
+#elif defined(__x86_64__) && defined(__clang__)
+#define MT_NNVEC_X86 1
+#define MT_NNVEC_V3 __attribute__((target("avx2,fma,f16c,bmi,bmi2,lzcnt,movbe")))
+#define MT_NNVEC_V4 __attribute__((target("avx2,fma,f16c,bmi,bmi2,lzcnt,movbe,avx512f,avx512bw,avx512vl,avx512dq,avx512cd")))
 #else
-#define MT_NNVEC_CLONES
+#define MT_NNVEC_X86 0
 #endif
 
 namespace mixtrain::kernels::nnvec {
@@ -161,10 +172,26 @@ template <typename F>
 
 }  // namespace
 
-// One float entry point (cloned per ISA) and one double entry point per primitive.
-#define MT_NNVEC_DEFINE(ret, name, params, args)          \
-  MT_NNVEC_CLONES ret<float> name params(float) { return name##_impl<float> args; } \
+// Per primitive: one float entry point that calls the build for cpu::isa(), and one double entry
+// point. The per-call choice costs a load and two compares next to a row of work.
+#if MT_NNVEC_X86
+#define MT_NNVEC_DEFINE(ret, name, params, args)                                     \
+  namespace {                                                                        \
+  MT_NNVEC_V4 ret<float> name##_v4 params(float) { return name##_impl<float> args; } \
+  MT_NNVEC_V3 ret<float> name##_v3 params(float) { return name##_impl<float> args; } \
+  }                                                                                  \
+  ret<float> name params(float) {                                                    \
+    const cpu::Isa isa = cpu::isa();                                                 \
+    if (isa >= cpu::Isa::kAvx512) return name##_v4 args;                             \
+    if (isa >= cpu::Isa::kAvx2) return name##_v3 args;                               \
+    return name##_impl<float> args;                                                  \
+  }                                                                                  \
   ret<double> name params(double) { return name##_impl<double> args; }
+#else
+#define MT_NNVEC_DEFINE(ret, name, params, args)                            \
+  ret<float> name params(float) { return name##_impl<float> args; } \
+  ret<double> name params(double) { return name##_impl<double> args; }
+#endif
 
 template <typename F>
 using Ret = F;

@@ -3,8 +3,9 @@
 //
 // Accumulation: fp32 for fp32 rows (and so for 16-bit rows, which the kernels widen to fp32 first),
 // fp64 for fp64 rows. Each primitive works on contiguous opmath rows; the float versions are built
-// for AVX-512, AVX2+FMA and baseline x86-64 and picked at load time (GCC target_clones), so the
-// library still runs on any x86-64 while using the widest vectors the CPU has. The fp64 versions
+// for AVX-512, AVX2+FMA and baseline x86-64 and picked per call from cpu::isa() (mixtrain/cpu.h),
+// so the library still runs on any x86-64 while using the widest vectors the CPU (under the ISA
+// cap) has. The fp64 versions
 // exist for gradient checks and use the libm functions.
 //
 // Reductions inside one row use a fixed vector order (the compiler's for that ISA), so a result

@@ -13,7 +13,7 @@
 // them; the branches on options sit outside the loops), and the result is rounded back in bulk.
 // sqrt is done with _mm_sqrt_ps because GCC only vectorises std::sqrt under -fno-math-errno; both
 // are correctly rounded, so the results are the same bits. Adam/AdamW, the optimizer most runs use,
-// has a second path, taken when elementwise_isa() is kAvx512 (tests switch it), that keeps the
+// has a second path, taken when cpu::isa() allows AVX-512 (tests lower the cap), that keeps the
 // whole update of 16 elements in registers (one read and one write per tensor and element, no
 // intermediate buffers); it performs the same operations in the same order (explicitly rounded, so
 // never contracted into FMAs) and gives the bits of the block path, which tests check.
@@ -47,6 +47,7 @@
 #include "core/half_convert_avx512.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/elementwise.h"
+#include "mixtrain/cpu.h"
 
 namespace mixtrain::kernels {
 namespace {
@@ -616,7 +617,7 @@ void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
   }
   bool simd = false;
 #if MT_OPTIM_AVX512
-  simd = elementwise_isa() == CpuIsa::kAvx512;
+  simd = cpu::isa() >= cpu::Isa::kAvx512;
 #endif
   run_step(tensors, [&]<typename T>(const AdamTensors& t, int64_t b, int64_t e) {
     const AdamScalars c = adam_scalars(h, t.step);

@@ -92,7 +92,7 @@ struct AdamTensors {
 };
 
 // One pass over each element: every input is read once and every output written once, 16 lanes at a
-// time when elementwise_isa() (kernels/elementwise.h) is kAvx512, else in blocks through fp32
+// time when cpu::isa() (mixtrain/cpu.h) allows AVX-512, else in blocks through fp32
 // buffers. Both paths perform the same IEEE operations in the same order (no FMA contraction; sqrt
 // and division are correctly rounded), so they give the same bits.
 void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h);

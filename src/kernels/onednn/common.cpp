@@ -6,16 +6,45 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string_view>
 
 #include "kernels/copy.h"
 #include "kernels/linalg.h"
 #include "kernels/onednn/primitive_cache.h"
+#include "mixtrain/cpu.h"
 
 namespace mixtrain::kernels {
 namespace onednn {
 
+namespace {
+
+// oneDNN's level for each cpu::Isa (mixtrain/cpu.h). oneDNN has no level below SSE4.1.
+dnnl::cpu_isa to_dnnl_isa(cpu::Isa isa) {
+  switch (isa) {
+    case cpu::Isa::kGeneric: return dnnl::cpu_isa::sse41;
+    case cpu::Isa::kAvx2: return dnnl::cpu_isa::avx2;
+    case cpu::Isa::kAvx512: return dnnl::cpu_isa::avx512_core;
+    case cpu::Isa::kAvx512Bf16: return dnnl::cpu_isa::avx512_core_bf16;
+    case cpu::Isa::kAmx: return dnnl::cpu_isa::all;
+  }
+  return dnnl::cpu_isa::all;
+}
+
+// Sets oneDNN's cap to mixtrain's before oneDNN generates any code. Left alone when no cap is set,
+// so that DNNL_MAX_CPU_ISA still works on its own. oneDNN refuses the call once it has read its
+// cap (another library in the process used it first); the level then stays oneDNN's, and the bf16
+// path decisions below take oneDNN's effective level into account.
+void apply_isa_cap() {
+  if (cpu::max_isa_is_set()) (void)dnnl::set_max_cpu_isa(to_dnnl_isa(cpu::max_isa()));
+}
+
+}  // namespace
+
 dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine eng = [] {
+    apply_isa_cap();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return eng;
 }
 
@@ -52,10 +81,33 @@ void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
   stream().wait();
 }
 
-bool cpu_has_amx() {
-  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-  return (isa & amx) == amx;
+bool has_isa(dnnl::cpu_isa level) {
+  engine();  // the cap is applied before oneDNN first reads it
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto want = static_cast<unsigned>(level);
+  return (isa & want) == want;
+}
+
+bool cpu_has_amx() { return has_isa(dnnl::cpu_isa::avx512_core_amx) && cpu::isa() >= cpu::Isa::kAmx; }
+
+std::string effective_isa_name() {
+  engine();
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+  }
+}
+
+[[noreturn]] void rethrow_creation_error(const dnnl::error& e, const std::string& what) {
+  MT_FAIL(what, ": oneDNN cannot create a primitive for it on this CPU (", cpu::describe(), "; oneDNN level ",
+          effective_isa_name(), "): ", e.what());
 }
 
 CacheCounters& cache_counters() {
@@ -82,33 +134,89 @@ Tensor to_fp32_same_layout(const Tensor& t_in) {
 
 namespace {
 
-Bf16Path resolve_bf16_path() {
-  if (const char* env = std::getenv("MIXTRAIN_BF16_PATH")) {
-    if (std::strcmp(env, "native") == 0) return Bf16Path::kNative;
-    if (std::strcmp(env, "fp32") == 0) return Bf16Path::kFp32;
-  }
-  return onednn::cpu_has_amx() ? Bf16Path::kNative : Bf16Path::kFp32;
+constexpr const char* kPathEnv = "MIXTRAIN_BF16_PATH";
+
+// What MIXTRAIN_BF16_PATH asks for, read once: kAuto when unset, an error message when invalid.
+struct EnvPath {
+  Bf16Path path = Bf16Path::kAuto;
+  std::string error;
+};
+
+const EnvPath& env_path() {
+  static const EnvPath e = [] {
+    EnvPath r;
+    const char* env = std::getenv(kPathEnv);
+    if (env == nullptr) return r;
+    const std::string_view v(env);
+    if (v == "native") {
+      r.path = Bf16Path::kNative;
+    } else if (v == "fp32") {
+      r.path = Bf16Path::kFp32;
+    } else if (v != "auto") {
+      r.error = detail::concat(kPathEnv, "=", detail::quote_untrusted(v),
+                               " is not a bf16 compute path; accepted values: native, fp32, auto");
+    }
+    return r;
+  }();
+  return e;
 }
 
-std::atomic<int> g_bf16_path{-1};  // -1: not resolved yet
+// The pinned path: kAuto (follow MIXTRAIN_BF16_PATH, else choose), kNative or kFp32 from set_bf16_path.
+std::atomic<Bf16Path> g_api_path{Bf16Path::kAuto};
+
+// Whether oneDNN can build a bf16 matmul here at all (oneDNN 2.6 has bf16 kernels only from
+// avx512_core up, and no reference fallback below it). Asked once: oneDNN's level is fixed once read.
+bool onednn_builds_bf16() {
+  static const bool ok = [] {
+    using dnnl::memory;
+    const memory::desc md({16, 16}, memory::data_type::bf16, memory::format_tag::ab);
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), onednn::engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
 
 }  // namespace
+
+std::string native_bf16_unavailable_reason() {
+  if (cpu::isa() < cpu::Isa::kAvx512)
+    return detail::concat("oneDNN's bf16 matmul and convolution kernels need AVX-512 (avx512_core), and the "
+                          "instruction-set level here is ", cpu::name(cpu::isa()), " (", cpu::describe(), ")");
+  if (!onednn_builds_bf16())
+    return detail::concat("oneDNN builds no bf16 matmul at its level ", onednn::effective_isa_name(), " (",
+                          cpu::describe(), ")");
+  return {};
+}
+
+void require_bf16_path_runs(const char* op) {
+  if (bf16_path() != Bf16Path::kNative) return;
+  const std::string why = native_bf16_unavailable_reason();
+  if (why.empty()) return;
+  const bool from_api = g_api_path.load() == Bf16Path::kNative;
+  MT_FAIL(op, " (bfloat16): the bf16 compute path is pinned to native (",
+          from_api ? "kernels::set_bf16_path(Bf16Path::kNative)" : "MIXTRAIN_BF16_PATH=native", "), but ", why,
+          ". Unset ", from_api ? "the pin" : "MIXTRAIN_BF16_PATH", " or choose fp32 (the exact fp32 route, same "
+          "numerics).");
+}
 
 bool uses_fp32_route(DType dtype) {
   return dtype == kFloat16 || (dtype == kBFloat16 && bf16_path() == Bf16Path::kFp32);
 }
 
-void set_bf16_path(Bf16Path path) {
-  g_bf16_path.store(path == Bf16Path::kAuto ? static_cast<int>(resolve_bf16_path()) : static_cast<int>(path));
-}
+void set_bf16_path(Bf16Path path) { g_api_path.store(path); }
 
 Bf16Path bf16_path() {
-  int p = g_bf16_path.load(std::memory_order_relaxed);
-  if (p < 0) {
-    p = static_cast<int>(resolve_bf16_path());
-    g_bf16_path.store(p);
-  }
-  return static_cast<Bf16Path>(p);
+  const Bf16Path pinned = g_api_path.load(std::memory_order_relaxed);
+  if (pinned != Bf16Path::kAuto) return pinned;
+  const EnvPath& env = env_path();
+  if (!env.error.empty()) throw Error(env.error);
+  if (env.path != Bf16Path::kAuto) return env.path;
+  // Automatic: native only where AMX makes it faster than the fp32 route (see linalg.h).
+  return onednn::cpu_has_amx() ? Bf16Path::kNative : Bf16Path::kFp32;
 }
 
 PrimitiveCacheStats primitive_cache_stats() {

@@ -9,6 +9,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <string>
 #include <unordered_map>
 
 #include "mixtrain/tensor.h"
@@ -33,9 +34,18 @@ inline dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t) {
 void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
              std::unordered_map<int, dnnl::memory>& args);
 
-// True when oneDNN can use AMX tiles on this machine (the only CPU feature that makes bf16 GEMMs
-// clearly faster than fp32 ones with oneDNN 2.6; see docs/performance.md).
+// True when oneDNN may use AMX tiles here (the only CPU feature that makes bf16 GEMMs clearly
+// faster than fp32 ones with oneDNN 2.6; see docs/performance.md): oneDNN's effective level has
+// them and so does cpu::isa() (mixtrain's ISA cap).
 bool cpu_has_amx();
+// True when oneDNN's effective level (after the cap of mixtrain/cpu.h) includes `level`.
+bool has_isa(dnnl::cpu_isa level);
+// oneDNN's effective level ("avx2", "avx512_core_bf16", ...).
+std::string effective_isa_name();
+
+// Throws mt::Error for a primitive oneDNN could not create: names `what` (the op, dtypes, shapes),
+// the CPU and its level, and oneDNN's message.
+[[noreturn]] void rethrow_creation_error(const dnnl::error& e, const std::string& what);
 
 // Converts a floating tensor to fp32 without autograd, keeping its memory order when it is a
 // permutation of a contiguous layout (a transposed view stays transposed, so the conversion is a

@@ -124,8 +124,7 @@ class CreationThreads {
   bool single_;
 };
 
-EntryPtr create(const ConvKey& k) {
-  CreationThreads threads(k.single_thread == 1);
+EntryPtr create_entry(const ConvKey& k) {
   const auto dt = static_cast<memory::data_type>(k.dt);
   const auto f32 = memory::data_type::f32;
   const memory::dims src_dims{k.N, k.C, k.H, k.W}, dst_dims{k.N, k.O, k.Ho, k.Wo};
@@ -196,8 +195,26 @@ EntryPtr create(const ConvKey& k) {
   return ep;
 }
 
-// The dtype the primitives compute in for tensors of `dtype`.
-DType compute_dtype(DType dtype) { return uses_fp32_route(dtype) ? kFloat32 : dtype; }
+// create_entry, with oneDNN's errors turned into an mt::Error that names the convolution.
+EntryPtr create(const ConvKey& k) {
+  CreationThreads threads(k.single_thread == 1);
+  try {
+    return create_entry(k);
+  } catch (const dnnl::error& err) {
+    static constexpr const char* kKindNames[] = {"conv2d", "conv2d backward (data)", "conv2d backward (weights)"};
+    const bool bf16 = static_cast<memory::data_type>(k.dt) == memory::data_type::bf16;
+    onednn::rethrow_creation_error(
+        err, detail::concat(kKindNames[k.kind], " of input [", k.N, ", ", k.C, ", ", k.H, ", ", k.W, "] and weight [",
+                            k.O, ", ", k.C / k.groups, ", ", k.KH, ", ", k.KW, "] in ", bf16 ? "bfloat16" : "float32"));
+  }
+}
+
+// The dtype the primitives compute in for tensors of `dtype`; throws when a pinned native bf16 path
+// cannot run here.
+DType compute_dtype(DType dtype) {
+  if (dtype == kBFloat16) require_bf16_path_runs("conv2d");
+  return uses_fp32_route(dtype) ? kFloat32 : dtype;
+}
 
 // The key of a `kind` primitive computing in `cdt`; bias: whether there is one.
 ConvKey make_key(ConvKind kind, const Shape& x, const Shape& w, const Shape& y, const Conv2dGeometry& g, DType cdt,

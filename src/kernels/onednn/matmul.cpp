@@ -101,7 +101,12 @@ EntryPtr create(const MatmulKey& key, const Layout& a, const Layout& b, const Te
   }
   dnnl::matmul::desc desc = bias.defined() ? dnnl::matmul::desc(e.a_md, e.b_md, e.bias_md, e.c_md)
                                            : dnnl::matmul::desc(e.a_md, e.b_md, e.c_md);
-  e.pd = dnnl::matmul::primitive_desc(desc, onednn::base_attr(), onednn::engine());
+  try {
+    e.pd = dnnl::matmul::primitive_desc(desc, onednn::base_attr(), onednn::engine());
+  } catch (const dnnl::error& err) {
+    onednn::rethrow_creation_error(err, detail::concat("matmul ", a.dims, " @ ", b.dims, " -> ", out.shape(), " (",
+                                                       out.dtype(), bias.defined() ? ", with bias" : "", ")"));
+  }
   if (std::strncmp(e.pd.impl_info_str(), "ref", 3) == 0) {
     e.reference_only = true;
     return ep;
@@ -189,6 +194,7 @@ void matmul_fp32(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
 
 void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
   if (handle_degenerate(a, bias, out)) return;
+  require_bf16_path_runs("matmul");
   if (bf16_path() == Bf16Path::kNative) {
     run_onednn(a, b, bias, out);
   } else {
