@@ -24,6 +24,8 @@ if ! "$bin" --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=t
   exit 1
 fi
 
+# Variants the CPU cannot run (the benchmark says so instead of running them).
+grep 'skipped:' "$log" || true
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 python3 - "$out" "$cpu" "$OMP_NUM_THREADS" "$reps" <<'PY'
 import json, sys
