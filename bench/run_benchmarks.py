@@ -86,7 +86,7 @@ def cpu_model():
         info = f.read()
     name = re.search(r"model name\s*:\s*(.*)", info)
     flags = set(re.search(r"flags\s*:\s*(.*)", info).group(1).split())
-    wanted = ["avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "f16c"]
+    wanted = ["avx2", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"]
     return {"model": name.group(1).strip() if name else "unknown", "cores": os.cpu_count(),
             "flags": {w: (w in flags) for w in wanted}}
 
@@ -325,7 +325,9 @@ def main():
             sys.exit(f"run_benchmarks: libblas.so.3 is {blas}, not OpenBLAS; PyTorch's fp32 would be 5-10x "
                      "slower than it can be. apt-get install libopenblas0-openmp, or pass --allow-reference-blas")
 
-    env = {"cpu": cpu_model(), "threads": args.threads, "blas": blas}
+    # mixtrain's instruction-set cap (mixtrain/cpu.h) is inherited by every run; PyTorch's is its own.
+    env = {"cpu": cpu_model(), "threads": args.threads, "blas": blas,
+           "mixtrain_max_isa": os.environ.get("MIXTRAIN_MAX_ISA", "native")}
     if args.pytorch and not args.skip_workloads:
         env["torch"] = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
                                       capture_output=True, text=True).stdout.strip()
@@ -333,7 +335,8 @@ def main():
     report = {"environment": env}
     md = [f"CPU: {env['cpu']['model']} ({env['cpu']['cores']} cores; "
           + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in env["cpu"]["flags"].items())
-          + f"). Threads: {args.threads}. BLAS behind PyTorch: {blas}. PyTorch {env.get('torch', 'n/a')}."]
+          + f"). MIXTRAIN_MAX_ISA: {env['mixtrain_max_isa']}. Threads: {args.threads}. "
+          + f"BLAS behind PyTorch: {blas}. PyTorch {env.get('torch', 'n/a')}."]
 
     if not args.skip_workloads:
         peak = gemm_peak(args.bench_gemm, args.threads, args.gemm_reps)

@@ -70,7 +70,10 @@ std::string gradcheck(const TensorFn& f, std::vector<Tensor> inputs, const Gradc
       }
       double numeric = (plus - minus) / (2 * opts.eps);
       double err = std::abs(a[i] - numeric) / (opts.tol.atol + opts.tol.rtol * std::abs(numeric));
-      if (err > worst) {
+      // A NaN or infinite gradient on either side is a failure, never a skipped comparison (NaN
+      // compares false with everything, so `err > worst` alone would pass it).
+      if (!std::isfinite(a[i]) || !std::isfinite(numeric) || std::isnan(err)) err = INFINITY;
+      if (err > worst || (err == INFINITY && worst != INFINITY)) {
         worst = err;
         report.str("");
         report << "input " << diff_index[k] << " element " << i << ": analytic " << a[i] << ", numeric " << numeric;
@@ -90,6 +93,9 @@ double max_scaled_error(const Tensor& actual, const Tensor& expected, const Tole
       continue;
     }
     if (a[i] == e[i]) continue;  // also covers equal infinities
+    // Unequal with an infinity on either side: |a - e| / (atol + rtol |e|) would be inf / inf = NaN,
+    // which std::max drops.
+    if (std::isinf(a[i]) || std::isinf(e[i])) return INFINITY;
     worst = std::max(worst, std::abs(a[i] - e[i]) / (tol.atol + tol.rtol * std::abs(e[i])));
   }
   return worst;
