@@ -33,6 +33,9 @@ std::string concat(Args&&... args) {
 // inside a message: in double quotes, with quotes, backslashes and control or non-ASCII bytes
 // escaped (\n, \xNN), and cut to `max_chars` bytes of input with "..." after it.
 std::string quote_untrusted(std::string_view text, size_t max_chars = 64);
+// The same escaping without quotes or a length limit: for printing names and values from a file on
+// a terminal (no forged lines, no escape sequences).
+std::string escape_untrusted(std::string_view text);
 
 [[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
 [[noreturn]] void throw_internal(const char* file, int line, const char* cond, const std::string& msg);

@@ -3,7 +3,9 @@
 #include "mixtrain/amp/grad_scaler.h"
 
 #include <cmath>
+#include <cstdint>
 #include <iostream>
+#include <limits>
 
 #include "amp/amp_kernels.h"
 #include "mixtrain/autograd.h"
@@ -252,9 +254,22 @@ void GradScaler::load_state_dict(const GradScalerStateDict& sd) {
     MT_CHECK(it != sd.end(), "GradScaler.load_state_dict: missing key '", key, "'");
     return it->second;
   };
-  // Read every key before changing anything.
+  // Read and check every key before changing anything: a state dict can come from a file, and a
+  // scale of 0 or a non-integer interval would corrupt every later step (or overflow a cast).
   const double scale = get("scale"), growth = get("growth_factor"), backoff = get("backoff_factor");
   const double interval = get("growth_interval"), tracker = get("_growth_tracker");
+  auto integral = [](double v, double lo, double hi) { return v >= lo && v <= hi && v == std::floor(v); };
+  MT_CHECK(std::isfinite(scale) && scale > 0 && scale <= std::numeric_limits<float>::max(),
+           "GradScaler.load_state_dict: scale must be a finite fp32 value > 0, got ", scale);
+  MT_CHECK(std::isfinite(growth) && growth > 1.0, "GradScaler.load_state_dict: growth_factor must be > 1, got ", growth);
+  MT_CHECK(std::isfinite(backoff) && backoff > 0.0 && backoff < 1.0,
+           "GradScaler.load_state_dict: backoff_factor must be in (0, 1), got ", backoff);
+  MT_CHECK(integral(interval, 1, std::numeric_limits<int32_t>::max()),
+           "GradScaler.load_state_dict: growth_interval must be an integer in [1, 2^31 - 1], got ", interval);
+  // The tracker is an int32 counter. Above growth_interval it only delays growth (PyTorch's tests set
+  // such values), so the bound is the type's.
+  MT_CHECK(integral(tracker, 0, std::numeric_limits<int32_t>::max()),
+           "GradScaler.load_state_dict: _growth_tracker must be an integer in [0, 2^31 - 1], got ", tracker);
   init_scale_ = scale;
   growth_factor_ = growth;
   backoff_factor_ = backoff;

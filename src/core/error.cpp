@@ -4,12 +4,12 @@
 
 namespace mixtrain::detail {
 
-std::string quote_untrusted(std::string_view text, size_t max_chars) {
+std::string escape_untrusted(std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  const size_t n = std::min(text.size(), max_chars);
-  for (size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
@@ -25,8 +25,14 @@ std::string quote_untrusted(std::string_view text, size_t max_chars) {
       out += static_cast<char>(c);
     }
   }
+  return out;
+}
+
+std::string quote_untrusted(std::string_view text, size_t max_chars) {
+  std::string out(1, '"');
+  out += escape_untrusted(text.substr(0, std::min(text.size(), max_chars)));
   out += '"';
-  if (text.size() > n) out += "...";
+  if (text.size() > max_chars) out += "...";
   return out;
 }
 

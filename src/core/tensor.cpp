@@ -18,7 +18,16 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
 Storage::~Storage() { memory::deallocate(data_, nbytes_, device_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) MT_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  // Strides multiply every dim (zero dims count as one), and the byte size multiplies the element
+  // count by the element size: both must fit, or the views and loops built on them overflow.
+  int64_t span = 1, bytes = 0;
+  for (int64_t d : shape) {
+    MT_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+    MT_CHECK(!__builtin_mul_overflow(span, std::max<int64_t>(d, 1), &span), "empty: shape ", shape,
+             " has more elements than a 64-bit index can address");
+  }
+  MT_CHECK(!__builtin_mul_overflow(shape.numel(), static_cast<int64_t>(mixtrain::element_size(dtype)), &bytes),
+           "empty: shape ", shape, " of ", dtype, " needs more bytes than a 64-bit size can count");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * mixtrain::element_size(dtype), device);
   impl->shape = shape;

@@ -5,16 +5,17 @@
 // thread's OpenMP team (a second team there would oversubscribe the cores).
 #include "mixtrain/data/dataset.h"
 
-#include <sys/stat.h>
-
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "mixtrain/data/idx.h"
 #include "mixtrain/factory.h"
+#include "mixtrain/io/file.h"
 #include "mixtrain/random.h"
 
 namespace mixtrain::data {
@@ -38,6 +39,54 @@ Tensor drop_batch_dim(const Tensor& t) {
 Example Dataset::get(int64_t index) const {
   Batch b = get_batch(std::span<const int64_t>(&index, 1));
   return {drop_batch_dim(b.input), drop_batch_dim(b.target)};
+}
+
+namespace {
+
+// 64-bit hash of bytes, 8 at a time (FNV-style multiply-xor with a final avalanche): fast enough to
+// hash a 47 MB dataset in tens of milliseconds; `h` chains calls.
+uint64_t hash_bytes(const void* data, size_t n, uint64_t h) {
+  constexpr uint64_t kPrime = 0x100000001b3ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  h ^= n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * kPrime;
+    h ^= h >> 29;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, p + i, n - i);
+  h = (h ^ tail) * kPrime;
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ull;
+  return h ^ (h >> 32);
+}
+
+uint64_t hash_tensor(const Tensor& t, uint64_t h) {
+  const Tensor c = t.contiguous();
+  const int64_t meta[] = {static_cast<int64_t>(t.dtype()), t.dim()};
+  h = hash_bytes(meta, sizeof(meta), h);
+  h = hash_bytes(t.shape().data(), sizeof(int64_t) * static_cast<size_t>(t.dim()), h);
+  return hash_bytes(c.raw_data(), c.nbytes(), h);
+}
+
+constexpr uint64_t kFingerprintSeed = 0x6d69787472616e31ull;  // "mixtran1"
+
+}  // namespace
+
+uint64_t Dataset::fingerprint() const {
+  uint64_t h = hash_bytes("dataset", 7, kFingerprintSeed);
+  const int64_t n = size();
+  std::vector<int64_t> idx;
+  for (int64_t begin = 0; begin < n; begin += 256) {
+    idx.clear();
+    for (int64_t i = begin; i < std::min(n, begin + 256); ++i) idx.push_back(i);
+    const Batch b = get_batch(idx);
+    h = hash_tensor(b.target, hash_tensor(b.input, h));
+  }
+  return h;
 }
 
 void Dataset::check_indices(std::span<const int64_t> indices, const char* who) const {
@@ -98,6 +147,13 @@ ImageClassificationDataset::ImageClassificationDataset(const char* name, const s
   }
 }
 
+uint64_t ImageClassificationDataset::fingerprint() const {
+  // The stored bytes and the pixel mapping (normalisation) determine every example.
+  uint64_t h = hash_bytes("images", 6, kFingerprintSeed);
+  h = hash_tensor(labels_, hash_tensor(images_, h));
+  return hash_bytes(lut_.data(), sizeof(float) * lut_.size(), h);
+}
+
 Batch ImageClassificationDataset::get_batch(std::span<const int64_t> indices) const {
   check_indices(indices, "ImageClassificationDataset::get_batch");
   const int64_t b = static_cast<int64_t>(indices.size());
@@ -140,24 +196,11 @@ MNIST::MNIST(const std::string& dir, Split split, MNISTOptions o)
 namespace {
 
 std::string read_whole_file(const std::string& path, int64_t max_bytes) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  MT_CHECK(f != nullptr, "TextDataset: cannot open '", path, "': ", std::strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    std::fclose(f);
-    MT_FAIL("TextDataset: '", path, "' is not a regular file");
-  }
-  const int64_t size = static_cast<int64_t>(st.st_size);
-  if (size > max_bytes) {
-    std::fclose(f);
-    MT_FAIL("TextDataset: '", path, "' has ", size, " bytes, above the limit of ", max_bytes,
-            " (raise TextOptions::max_bytes)");
-  }
-  std::string text(static_cast<size_t>(size), '\0');
-  size_t got = std::fread(text.data(), 1, text.size(), f);
-  std::fclose(f);
-  MT_CHECK(static_cast<int64_t>(got) == size, "TextDataset: '", path, "': read error at byte offset ", got, " of ",
-           size);
+  io::ReadFile f(path, "TextDataset");  // regular files only: a FIFO is refused, never waited on
+  MT_CHECK(f.size() <= static_cast<uint64_t>(max_bytes), "TextDataset: '", path, "' has ", f.size(),
+           " bytes, above the limit of ", max_bytes, " (raise TextOptions::max_bytes)");
+  std::string text(static_cast<size_t>(f.size()), '\0');
+  f.read_at(text.data(), text.size(), 0);
   return text;
 }
 
@@ -200,6 +243,12 @@ TextDataset::TextDataset(std::string text, std::string name, int64_t context, Te
   MT_CHECK(end_ - begin_ >= context + 1, "TextDataset: the ", part_name(options.part), " of '", name, "' has ",
            end_ - begin_, " bytes; a context of ", context, " needs at least ", context + 1,
            " (one window of context bytes plus the next byte as its target)");
+}
+
+uint64_t TextDataset::fingerprint() const {
+  const int64_t layout[] = {context_, stride_};
+  const std::string_view t = text();
+  return hash_bytes(t.data(), t.size(), hash_bytes(layout, sizeof(layout), hash_bytes("text", 4, kFingerprintSeed)));
 }
 
 int64_t TextDataset::size() const { return (end_ - begin_ - context_ - 1) / stride_ + 1; }
@@ -255,6 +304,13 @@ SyntheticDataset::SyntheticDataset(int64_t size, const Shape& input_shape, int64
   for (int64_t d : input_shape) MT_CHECK(d >= 0, "SyntheticDataset: negative dimension in input shape ", input_shape);
   Generator gen(seed);
   pool_ = randn({kPoolSize}, {.dtype = dtype}, &gen);
+}
+
+uint64_t SyntheticDataset::fingerprint() const {
+  const int64_t params[] = {size_, num_classes_, static_cast<int64_t>(seed_), static_cast<int64_t>(pool_.dtype()),
+                            input_shape_.size()};
+  uint64_t h = hash_bytes(params, sizeof(params), hash_bytes("synthetic", 9, kFingerprintSeed));
+  return hash_bytes(input_shape_.data(), sizeof(int64_t) * static_cast<size_t>(input_shape_.size()), h);
 }
 
 Batch SyntheticDataset::get_batch(std::span<const int64_t> indices) const {

@@ -3,7 +3,6 @@
 // an mt::Error that names the file and the byte offset where the problem was found.
 #include "mixtrain/data/idx.h"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <bit>
@@ -15,6 +14,8 @@
 #include <sstream>
 #include <vector>
 
+#include "mixtrain/io/file.h"
+
 namespace mixtrain::data {
 namespace {
 
@@ -23,73 +24,111 @@ namespace {
 }
 
 // Sequential reader over a plain or gzip file. Offsets count bytes of the (decompressed) IDX
-// stream, which is what the header fields describe.
+// stream, which is what the header fields describe; gzip errors also name the offset in the
+// compressed file. Only regular files are opened (a FIFO is refused without blocking). A gzip file
+// is one or more complete members (`cat a.gz b.gz` is valid gzip) and nothing else: bytes after
+// the last member that do not start another one are an error, not silently ignored.
 class ByteSource {
  public:
-  explicit ByteSource(const std::string& path) : path_(path) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    MT_CHECK(f != nullptr, "read_idx: cannot open '", path, "': ", std::strerror(errno));
-    unsigned char magic[2] = {0, 0};
-    size_t got = std::fread(magic, 1, 2, f);
-    gzip_ = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  explicit ByteSource(const std::string& path) : path_(path), file_(path, "read_idx"), in_(kInputBytes) {
+    gzip_ = ensure(2) && in_[0] == 0x1f && in_[1] == 0x8b;
     if (!gzip_) {
-      struct stat st;
-      if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) plain_size_ = static_cast<int64_t>(st.st_size);
-      std::rewind(f);
-      file_ = f;
+      plain_size_ = static_cast<int64_t>(file_.size());
       return;
     }
-    std::fclose(f);
-    gz_ = gzopen(path.c_str(), "rb");
-    MT_CHECK(gz_ != nullptr, "read_idx: cannot open '", path, "' as gzip: ", std::strerror(errno));
-    gzbuffer(gz_, 1 << 18);  // fewer, larger reads of the compressed file
+    MT_CHECK(inflateInit2(&zs_, 16 + MAX_WBITS) == Z_OK, "read_idx: '", path, "': cannot start zlib");
+    inflating_ = true;
   }
   ~ByteSource() {
-    if (file_) std::fclose(file_);
-    if (gz_) gzclose(gz_);
+    if (inflating_) inflateEnd(&zs_);
   }
   ByteSource(const ByteSource&) = delete;
   ByteSource& operator=(const ByteSource&) = delete;
 
   bool gzip() const { return gzip_; }
   int64_t offset() const { return offset_; }
-  // Size of a plain regular file, -1 when unknown (gzip, pipes).
+  // Size of a plain file, -1 for gzip.
   int64_t plain_size() const { return plain_size_; }
 
   // Reads up to n bytes; returns fewer only at the end of the stream. Throws on I/O errors and on
   // corrupt or truncated gzip streams.
   size_t read(void* dst, size_t n) {
-    char* p = static_cast<char*>(dst);
+    unsigned char* p = static_cast<unsigned char*>(dst);
     size_t total = 0;
     while (total < n) {
-      size_t want = std::min<size_t>(n - total, size_t{1} << 30);  // gzread takes an unsigned count
-      size_t got = 0;
-      if (file_) {
-        got = std::fread(p + total, 1, want, file_);
-        if (got < want && std::ferror(file_))
-          fail_at(path_, offset_ + total, std::string("read error: ") + std::strerror(errno));
-      } else {
-        int r = gzread(gz_, p + total, static_cast<unsigned>(want));
-        int errnum = Z_OK;
-        const char* msg = gzerror(gz_, &errnum);
-        if (r < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
-          fail_at(path_, offset_ + total + (r > 0 ? r : 0),
-                  std::string("corrupt or truncated gzip stream: ") + (msg ? msg : "unknown zlib error"));
-        }
-        got = static_cast<size_t>(r);
+      if (!gzip_) {
+        if (in_pos_ == in_len_ && !refill()) break;
+        const size_t k = std::min(n - total, in_len_ - in_pos_);
+        std::memcpy(p + total, in_.data() + in_pos_, k);
+        in_pos_ += k;
+        total += k;
+        continue;
       }
-      total += got;
-      if (got < want) break;
+      if (finished_) break;
+      if (in_pos_ == in_len_ && !refill()) gzip_fail(total, "truncated gzip stream (the file ends inside it)");
+      zs_.next_in = in_.data() + in_pos_;
+      zs_.avail_in = static_cast<uInt>(in_len_ - in_pos_);
+      zs_.next_out = p + total;
+      zs_.avail_out = static_cast<uInt>(std::min<size_t>(n - total, size_t{1} << 30));
+      const uInt out_before = zs_.avail_out;
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      in_pos_ = in_len_ - zs_.avail_in;
+      total += out_before - zs_.avail_out;
+      if (rc == Z_STREAM_END) {
+        // Another member may follow; anything else after a member is garbage.
+        if (!ensure(1)) {
+          finished_ = true;
+          break;
+        }
+        if (!ensure(2) || in_[in_pos_] != 0x1f || in_[in_pos_ + 1] != 0x8b)
+          gzip_fail(total, "trailing bytes after the gzip stream");
+        inflateReset(&zs_);
+        continue;
+      }
+      if (rc == Z_BUF_ERROR && zs_.avail_in == 0) continue;  // needs more input: refilled above
+      if (rc != Z_OK)
+        gzip_fail(total, std::string("corrupt gzip stream: ") + (zs_.msg != nullptr ? zs_.msg : "zlib error"));
     }
     offset_ += static_cast<int64_t>(total);
     return total;
   }
 
  private:
+  static constexpr size_t kInputBytes = size_t{1} << 18;
+
+  // Reads the next block of the file into the buffer; false at the end of the file.
+  bool refill() {
+    in_offset_ += in_len_;
+    in_pos_ = in_len_ = 0;
+    in_len_ = file_.read_some(in_.data(), in_.size());
+    return in_len_ > 0;
+  }
+  // Makes k unread bytes available in the buffer if the file has them.
+  bool ensure(size_t k) {
+    if (in_len_ - in_pos_ >= k) return true;
+    std::memmove(in_.data(), in_.data() + in_pos_, in_len_ - in_pos_);
+    in_offset_ += in_pos_;
+    in_len_ -= in_pos_;
+    in_pos_ = 0;
+    while (in_len_ < k) {
+      const size_t r = file_.read_some(in_.data() + in_len_, in_.size() - in_len_);
+      if (r == 0) return false;
+      in_len_ += r;
+    }
+    return true;
+  }
+  [[noreturn]] void gzip_fail(size_t produced, const std::string& what) {
+    fail_at(path_, offset_ + static_cast<int64_t>(produced),
+            detail::concat(what, "; compressed byte offset ", in_offset_ + in_pos_));
+  }
+
   std::string path_;
-  FILE* file_ = nullptr;
-  gzFile gz_ = nullptr;
-  bool gzip_ = false;
+  io::ReadFile file_;
+  std::vector<unsigned char> in_;  // input buffer: bytes [in_pos_, in_len_) are unread
+  size_t in_pos_ = 0, in_len_ = 0;
+  uint64_t in_offset_ = 0;  // file offset of in_[0]
+  z_stream zs_{};
+  bool gzip_ = false, inflating_ = false, finished_ = false;
   int64_t plain_size_ = -1;
   int64_t offset_ = 0;
 };

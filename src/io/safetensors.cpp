@@ -2,10 +2,6 @@
 // validation rules).
 #include "mixtrain/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -15,6 +11,8 @@
 #include <set>
 
 #include "kernels/copy.h"
+#include "io/json_input.h"
+#include "mixtrain/io/file.h"
 
 namespace mixtrain::io {
 
@@ -55,104 +53,6 @@ bool dtype_from_string(const std::string& s, DType* out) {
   return false;
 }
 
-// ---- writing -------------------------------------------------------------------------------------
-
-// A file written under a temporary name and renamed over the target by commit(). Destroying it
-// uncommitted removes the temporary, so a failed save never touches the target.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::string path) : path_(std::move(path)) {
-    tmp_ = path_ + ".tmp." + std::to_string(::getpid());
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    MT_CHECK(fd_ >= 0, "save_safetensors: cannot create temporary file '", tmp_, "' for '", path_,
-             "': ", std::strerror(errno));
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail(detail::concat("write failed after ", written_, " bytes"));
-      p += w;
-      n -= static_cast<size_t>(w);
-      written_ += static_cast<uint64_t>(w);
-    }
-  }
-
-  void commit() {
-    if (::fsync(fd_) != 0) fail("fsync failed");
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("close failed");
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail(detail::concat("rename to '", path_, "' failed"));
-    committed_ = true;
-    // Make the rename itself durable; failing here cannot lose data, so it is best effort.
-    std::string dir = std::filesystem::path(path_).parent_path().string();
-    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) {
-    const int err = errno;
-    MT_FAIL("save_safetensors: '", path_, "': ", what, " (", std::strerror(err),
-            "); the previous file, if any, is unchanged");
-  }
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-  uint64_t written_ = 0;
-};
-
-// ---- reading -------------------------------------------------------------------------------------
-
-class ReadFile {
- public:
-  ReadFile(const char* who, const std::string& path) : who_(who), path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    MT_CHECK(fd_ >= 0, who, ": cannot open '", path, "': ", std::strerror(errno));
-    struct stat st;
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      MT_FAIL(who, ": '", path, "' is not a regular file");
-    }
-    size_ = static_cast<uint64_t>(st.st_size);
-  }
-  ~ReadFile() { ::close(fd_); }
-  ReadFile(const ReadFile&) = delete;
-  ReadFile& operator=(const ReadFile&) = delete;
-
-  uint64_t size() const { return size_; }
-  void read_at(void* dst, uint64_t n, uint64_t offset) const {
-    char* p = static_cast<char*>(dst);
-    while (n > 0) {
-      ssize_t r = ::pread(fd_, p, std::min<uint64_t>(n, uint64_t{1} << 30), static_cast<off_t>(offset));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) fail_at(who_, path_, offset, std::string("read error: ") + std::strerror(errno));
-      if (r == 0) fail_at(who_, path_, offset, "unexpected end of file (was it modified while reading?)");
-      p += r;
-      n -= static_cast<uint64_t>(r);
-      offset += static_cast<uint64_t>(r);
-    }
-  }
-
- private:
-  const char* who_;
-  std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
-
 SafetensorsHeader parse_header(const char* who, const std::string& path, const ReadFile& file) {
   SafetensorsHeader h;
   h.file_bytes = file.size();
@@ -175,32 +75,19 @@ SafetensorsHeader parse_header(const char* who, const std::string& path, const R
 
   std::string text(n, '\0');
   file.read_at(text.data(), n, 8);
-  // The callback rejects nesting deeper than the format's (top object > entry > shape array) and
-  // duplicate top-level keys, which the parser would otherwise resolve silently.
-  std::set<std::string> keys;
-  auto guard = [&](int depth, json::parse_event_t event, json& value) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= 3)
-      fail_at(who, path, 8, "JSON header nests deeper than a safetensors header can");
-    if (event == json::parse_event_t::key && depth == 1 && !keys.insert(value.get<std::string>()).second)
-      fail_at(who, path, 8, "duplicate key '" + value.get<std::string>() + "' in the JSON header");
-    return true;
-  };
-  json root;
-  try {
-    root = json::parse(text, guard);
-  } catch (const json::parse_error& e) {
-    // e.byte is 1-based within the JSON text; strip nlohmann's "[json.exception...]" prefix.
-    std::string msg = e.what();
-    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
-    fail_at(who, path, 8 + (e.byte > 0 ? e.byte - 1 : 0), "invalid JSON header: " + msg);
-  }
+  // Nesting deeper than the format's (top object > entry > shape array) and a key given twice in
+  // any object (a tensor, a field of an entry, a metadata key) are errors.
+  const json root = parse_untrusted_json(text, 3, [&](uint64_t pos, const std::string& what) {
+    fail_at(who, path, 8 + pos, "JSON header: " + what);
+  });
   if (!root.is_object()) fail_at(who, path, 8, "the JSON header is not an object");
 
   for (auto& [key, value] : root.items()) {
     if (key == "__metadata__") {
       if (!value.is_object()) fail_at(who, path, 8, "__metadata__ is not an object");
       for (auto& [mk, mv] : value.items()) {
-        if (!mv.is_string()) fail_at(who, path, 8, "__metadata__ value of '" + mk + "' is not a string");
+        if (!mv.is_string())
+          fail_at(who, path, 8, "__metadata__ value of " + detail::quote_untrusted(mk) + " is not a string");
         h.metadata[mk] = mv.get<std::string>();
       }
       continue;
@@ -208,27 +95,35 @@ SafetensorsHeader parse_header(const char* who, const std::string& path, const R
     // JSON values carry no positions; point at the entry's key where it can be found in the text.
     const size_t key_at = text.find(json(key).dump());
     const uint64_t entry_offset = 8 + (key_at == std::string::npos ? 0 : key_at);
-    auto bad = [&](const std::string& what) { fail_at(who, path, entry_offset, "tensor '" + key + "': " + what); };
+    const std::string quoted = detail::quote_untrusted(key);
+    auto bad = [&](const std::string& what) { fail_at(who, path, entry_offset, "tensor " + quoted + ": " + what); };
     if (!value.is_object()) bad("entry is not an object");
     SafetensorsEntry e;
     e.name = key;
     auto dt = value.find("dtype");
     if (dt == value.end() || !dt->is_string()) bad("missing dtype");
     if (!dtype_from_string(dt->get<std::string>(), &e.dtype))
-      bad("unsupported dtype '" + dt->get<std::string>() + "' (supported: F32, F16, BF16, F64, I64, I32, U8, BOOL)");
+      bad("unsupported dtype " + detail::quote_untrusted(dt->get<std::string>()) +
+          " (supported: F32, F16, BF16, F64, I64, I32, U8, BOOL)");
     auto sh = value.find("shape");
     if (sh == value.end() || !sh->is_array()) bad("missing shape");
     if (sh->size() > static_cast<size_t>(kMaxDims))
       bad(detail::concat("shape has ", sh->size(), " dims, mixtrain supports at most ", kMaxDims));
     for (const json& d : *sh) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-        bad("shape entries must be non-negative integers, got " + sh->dump());
+        bad("shape entries must be non-negative integers, got " + describe_json(d));
       e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     }
-    // Element count saturated at 2^64 (a hostile shape may overflow; a later zero dim still gives 0).
+    // Strides multiply every dim (a zero dim counts as one), so that product must fit in int64 even
+    // when the element count is 0: [2^62, 2^62, 0] holds nothing but has no valid strides.
     constexpr unsigned __int128 kSaturate = static_cast<unsigned __int128>(1) << 64;
-    unsigned __int128 numel = 1;
-    for (int64_t d : e.shape) numel = std::min(numel * static_cast<uint64_t>(d), kSaturate);
+    unsigned __int128 span = 1, numel = 1;
+    for (int64_t d : e.shape) {
+      span = std::min(span * static_cast<uint64_t>(std::max<int64_t>(d, 1)), kSaturate);
+      numel = std::min(numel * static_cast<uint64_t>(d), kSaturate);
+    }
+    if (span > static_cast<unsigned __int128>(INT64_MAX))
+      bad(detail::concat("shape ", e.shape, " has more elements than a 64-bit index can address"));
     auto off = value.find("data_offsets");
     if (off == value.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
         !(*off)[1].is_number_unsigned())
@@ -238,14 +133,14 @@ SafetensorsHeader parse_header(const char* who, const std::string& path, const R
     if (e.begin > e.end) bad(detail::concat("data_offsets [", e.begin, ", ", e.end, "] are reversed"));
     if (e.end > data_size)
       fail_at(who, path, h.data_start + std::min(e.begin, data_size),
-              detail::concat("tensor '", key, "' has data_offsets [", e.begin, ", ", e.end,
+              detail::concat("tensor ", quoted, " has data_offsets [", e.begin, ", ", e.end,
                              "] past the end of the data section (", data_size,
                              " bytes): the file is truncated or the offsets are wrong"));
     const unsigned __int128 nbytes = numel * element_size(e.dtype);
     if (nbytes != e.end - e.begin)
       fail_at(
           who, path, h.data_start + e.begin,
-          detail::concat("tensor '", key, "' of shape ", e.shape, " and dtype ", dt->get<std::string>(), " needs ",
+          detail::concat("tensor ", quoted, " of shape ", e.shape, " and dtype ", dt->get<std::string>(), " needs ",
                          nbytes >= kSaturate ? std::string("over 2^64") : std::to_string(static_cast<uint64_t>(nbytes)),
                          " bytes, but data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin));
     h.tensors.push_back(std::move(e));
@@ -261,10 +156,11 @@ SafetensorsHeader parse_header(const char* who, const std::string& path, const R
   for (const SafetensorsEntry& e : h.tensors) {
     if (e.begin < pos)
       fail_at(who, path, h.data_start + e.begin,
-              detail::concat("tensor '", e.name, "' [", e.begin, ", ", e.end, ") overlaps tensor '", *prev, "'"));
+              detail::concat("tensor ", detail::quote_untrusted(e.name), " [", e.begin, ", ", e.end,
+                             ") overlaps tensor ", detail::quote_untrusted(*prev)));
     if (e.begin > pos)
       fail_at(who, path, h.data_start + pos,
-              detail::concat("gap of ", e.begin - pos, " unused bytes before tensor '", e.name, "'"));
+              detail::concat("gap of ", e.begin - pos, " unused bytes before tensor ", detail::quote_untrusted(e.name)));
     pos = e.end;
     prev = &e.name;
   }
@@ -321,7 +217,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
 
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  AtomicFile file(path);
+  AtomicFile file(path, "save_safetensors");
   file.write(len_bytes, 8);
   file.write(text.data(), text.size());
   for (const auto& [name, t] : sorted) {
@@ -337,13 +233,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
 }
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {
-  ReadFile file("read_safetensors_header", path);
+  ReadFile file(path, "read_safetensors_header");
   return parse_header("read_safetensors_header", path, file);
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
   const char* who = "load_safetensors";
-  ReadFile file(who, path);
+  ReadFile file(path, who);
   SafetensorsHeader h = parse_header(who, path, file);
   SafetensorsFile out;
   out.metadata = std::move(h.metadata);
@@ -356,7 +252,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
       for (uint64_t i = 0; i < e.end - e.begin; ++i)
         if (p[i] > 1)
           fail_at(who, path, h.data_start + e.begin + i,
-                  detail::concat("tensor '", e.name, "' (BOOL) holds byte ", int(p[i]), "; BOOL bytes must be 0 or 1"));
+                  detail::concat("tensor ", detail::quote_untrusted(e.name), " (BOOL) holds byte ", int(p[i]),
+                                 "; BOOL bytes must be 0 or 1"));
     }
     out.tensors.emplace(std::move(e.name), std::move(t));
   }

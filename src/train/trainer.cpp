@@ -1,9 +1,6 @@
 // The Trainer's loop, evaluation and summary. Checkpoints are in trainer_checkpoint.cpp.
 #include "mixtrain/train/trainer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -21,6 +18,9 @@
 #include "mixtrain/autograd.h"
 #include "mixtrain/cpu.h"
 #include "mixtrain/error.h"
+#include "amp/amp_kernels.h"
+#include "mixtrain/factory.h"
+#include "mixtrain/io/file.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/memory.h"
 #include "mixtrain/nn/functional.h"
@@ -56,59 +56,62 @@ int64_t tensor_bytes(const std::vector<Tensor>& ts) {
   return n;
 }
 
-// Writes `contents` to `path` atomically: "<path>.tmp.<pid>", fsync, rename, fsync of the
-// directory. On failure the temporary file is removed, `path` is untouched and mt::Error is thrown.
-void write_file_atomic(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  MT_CHECK(fd >= 0, "cannot write '", tmp, "': ", std::strerror(errno));
-  size_t done = 0;
-  int err = 0;  // errno of the first failure
-  while (err == 0 && done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      err = n < 0 ? errno : EIO;
-    else
-      done += static_cast<size_t>(n);
-  }
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    MT_FAIL("cannot write '", path, "': ", std::strerror(err));
-  }
-  // The rename itself is durable only once the directory entry is on disk.
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
 // Keeps the lines of the metrics file whose "step" is <= `step` (what a run resumed from a
 // checkpoint at `step` has already logged; later lines belong to the interrupted continuation and
 // would be logged twice), rewriting it atomically, and returns it opened for appending.
-std::ofstream truncate_metrics(const std::string& path, int64_t step) {
-  std::ostringstream kept;
-  {
-    std::ifstream in(path);
+io::AppendFile truncate_metrics(const std::string& path, int64_t step) {
+  std::string kept;
+  if (fs::exists(path)) {
+    // Lines are short JSON objects; the file grows by about 100 bytes a step.
+    std::istringstream in(io::read_file(path, uint64_t{1} << 32, "Trainer"));
     std::string line;
     while (std::getline(in, line)) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       // Unparsable lines (a crash mid-write) and lines past the checkpoint are dropped.
       if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
-        kept << line << '\n';
+        kept += line + '\n';
     }
   }
-  write_file_atomic(path, kept.str());
-  return std::ofstream(path, std::ios::app);
+  io::write_file_atomic(path, kept, "Trainer");
+  return io::AppendFile(path, "Trainer");
+}
+
+// Files a run writes into out_dir (checkpoint-<step>.safetensors aside).
+constexpr const char* kRunFiles[] = {"metrics.jsonl", "summary.json", "model.safetensors", "checkpoint.safetensors"};
+
+// The step of "checkpoint-<step>.safetensors", or -1 for another name.
+int64_t periodic_checkpoint_step(const std::string& name) {
+  constexpr std::string_view kPrefix = "checkpoint-", kSuffix = ".safetensors";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || name.rfind(kPrefix, 0) != 0 ||
+      name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+    return -1;
+  const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stoll(digits);
+}
+
+bool is_run_file(const std::string& name) {
+  return periodic_checkpoint_step(name) >= 0 ||
+         std::any_of(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) { return name == f; });
 }
 
 }  // namespace
+
+const char* to_string(NonFinitePolicy p) {
+  switch (p) {
+    case NonFinitePolicy::kStop: return "stop";
+    case NonFinitePolicy::kSkip: return "skip";
+    case NonFinitePolicy::kContinue: return "continue";
+  }
+  return "?";
+}
+
+NonFinitePolicy parse_nonfinite_policy(const std::string& text) {
+  for (NonFinitePolicy p : {NonFinitePolicy::kStop, NonFinitePolicy::kSkip, NonFinitePolicy::kContinue})
+    if (text == to_string(p)) return p;
+  MT_FAIL("non-finite policy ", detail::quote_untrusted(text), " is not one of stop, skip, continue");
+}
 
 OptimizerFactory adamw(double lr, double weight_decay) {
   return [lr, weight_decay](std::vector<optim::NamedParameter> params) -> std::unique_ptr<optim::Optimizer> {
@@ -187,6 +190,10 @@ Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data:
   MT_CHECK(options_.max_steps >= 0, "Trainer: max_steps must be >= 0, got ", options_.max_steps);
   MT_CHECK(options_.checkpoint_every >= 0, "Trainer: checkpoint_every must be >= 0, got ", options_.checkpoint_every);
   MT_CHECK(options_.log_every >= 1, "Trainer: log_every must be >= 1, got ", options_.log_every);
+  MT_CHECK(std::isfinite(options_.scaler_floor) && options_.scaler_floor >= 0,
+           "Trainer: scaler_floor must be a finite value >= 0, got ", options_.scaler_floor);
+  MT_CHECK(!options_.clip_grad_norm || (std::isfinite(*options_.clip_grad_norm) && *options_.clip_grad_norm > 0),
+           "Trainer: clip_grad_norm must be a finite value > 0, got ", options_.clip_grad_norm.value_or(0));
   MT_CHECK(options_.lr_min_factor >= 0.0 && options_.lr_min_factor <= 1.0,
            "Trainer: lr_min_factor must be in [0, 1], got ", options_.lr_min_factor);
   MT_CHECK(options_.eval_batch_size >= 1, "Trainer: eval_batch_size must be >= 1, got ", options_.eval_batch_size);
@@ -230,6 +237,61 @@ int64_t Trainer::total_steps() const {
   return options_.max_steps > 0 ? options_.max_steps : options_.epochs * loader_.size();
 }
 
+// ---- non-finite values -----------------------------------------------------------------------------
+
+int64_t Trainer::first_nonfinite_parameter() const {
+  const std::vector<Tensor> params = optimizer_->parameters();
+  NoGradGuard no_grad;
+  Tensor found = zeros({}), one = ones({});
+  return amp::detail::non_finite_check_and_unscale_(params, found, one);
+}
+
+void Trainer::check_finite_before_writing(const std::string& what) const {
+  const int64_t bad = first_nonfinite_parameter();
+  if (bad >= 0)
+    throw NonFiniteError(detail::concat("Trainer: not writing ", what, ": parameter '", optimizer_->param_name(bad),
+                                        "' holds inf or NaN after step ", step_, " (the last good files are kept; ",
+                                        "see on_nonfinite, --on-nonfinite)"));
+}
+
+std::string Trainer::divergence_message(const std::string& cause, double loss, const std::string& grad_name) const {
+  std::string msg = detail::concat("Trainer: training diverged at step ", step_ + 1, " (epoch ", epoch_ + 1,
+                                   ", batch ", batch_ + 1, "): ", cause.empty() ? "" : cause + "; ", "the loss is ",
+                                   loss);
+  const int64_t bad_param = first_nonfinite_parameter();
+  if (bad_param >= 0)
+    msg += detail::concat("; parameter '", optimizer_->param_name(bad_param),
+                          "' already holds inf or NaN (the update of the step before overflowed it)");
+  else if (!grad_name.empty())
+    msg += detail::concat("; the first gradient with inf or NaN is that of '", grad_name, "'");
+  return msg + ". The update was not applied and the last checkpoint and model files are unchanged. Lower the "
+               "learning rate, train in bf16 or fp32, or skip such steps (on_nonfinite = skip, --on-nonfinite skip)";
+}
+
+bool Trainer::nonfinite_gate(double loss) {
+  if (options_.on_nonfinite == NonFinitePolicy::kContinue) return true;
+  // One read-only pass over the gradients (the GradScaler's check with a scale of 1 writes nothing).
+  const std::vector<Tensor> params = optimizer_->parameters();
+  std::vector<Tensor> grads;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].grad().defined()) {
+      grads.push_back(params[i].grad());
+      index.push_back(i);
+    }
+  NoGradGuard no_grad;
+  if (!found_inf_.defined()) {
+    found_inf_ = zeros({});
+    unit_scale_ = ones({});
+  }
+  found_inf_.fill_(0.0);
+  const int64_t bad_grad = amp::detail::non_finite_check_and_unscale_(grads, found_inf_, unit_scale_);
+  if (std::isfinite(loss) && bad_grad < 0) return true;
+  const std::string grad_name = bad_grad >= 0 ? optimizer_->param_name(index[static_cast<size_t>(bad_grad)]) : "";
+  if (options_.on_nonfinite == NonFinitePolicy::kSkip && first_nonfinite_parameter() < 0) return false;
+  throw NonFiniteError(divergence_message("", loss, grad_name));
+}
+
 // ---- one step -----------------------------------------------------------------------------------
 
 StepInfo Trainer::train_step(const data::Batch& batch) {
@@ -261,11 +323,20 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
       optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
     }
     stepped = scaler_.step(*optimizer_);
+    // Skipped with the scale already at the floor: even unscaled the values overflow.
+    if (!stepped && info.scale <= options_.scaler_floor && options_.on_nonfinite != NonFinitePolicy::kContinue)
+      throw NonFiniteError(divergence_message(
+          detail::concat("the GradScaler skipped it at loss scale ", info.scale, ", at or below the floor of ",
+                         options_.scaler_floor, " (the values overflow even unscaled)"),
+          info.loss, scaler_.last_nonfinite_param()));
     scaler_.update();
   } else {
     loss.backward();
-    if (options_.clip_grad_norm) optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
-    optimizer_->step();
+    stepped = nonfinite_gate(info.loss);
+    if (stepped) {
+      if (options_.clip_grad_norm) optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
+      optimizer_->step();
+    }
   }
   info.skipped = !stepped;
   info.lr = optimizer_->lr(0);
@@ -281,7 +352,7 @@ struct Trainer::RunState {
   int64_t steps = 0;
   int64_t peak = 0;         // highest memory::stats().peak_bytes seen during training
   int64_t other_bytes = 0;  // bytes held at the start that are not training state (datasets, ...)
-  std::ofstream metrics;    // open when out_dir is set
+  io::AppendFile metrics;   // open when out_dir is set
   int64_t total = 0;
   int64_t epochs = 0;
 
@@ -292,8 +363,7 @@ void Trainer::log_step(RunState& run, const StepInfo& info) {
   if (run.metrics.is_open() && (info.step % options_.log_every == 0 || info.step == run.total)) {
     json j = {{"step", info.step},   {"epoch", info.epoch},     {"loss", info.loss},      {"lr", info.lr},
               {"scale", info.scale}, {"skipped", info.skipped}, {"step_ms", info.step_ms}};
-    run.metrics << j.dump() << '\n';
-    run.metrics.flush();  // a crash keeps every line logged so far
+    run.metrics.write_line(j.dump());  // one checked write per line: a crash keeps every line so far
   }
   if (options_.on_step) options_.on_step(info);
 }
@@ -322,6 +392,43 @@ void Trainer::finish_epoch(RunState& run, bool evaluate_now) {
   run.epoch_start = Clock::now();
 }
 
+void Trainer::prepare_out_dir() {
+  if (out_dir_ready_) return;
+  const fs::path dir(options_.out_dir);
+  fs::create_directories(dir);
+  io::remove_stale_temp_files(dir.string());
+  // This run's own directory when it resumes from a checkpoint that lies in it.
+  bool own = false;
+  if (!resumed_from_.empty()) {
+    std::error_code ec;
+    fs::path parent = fs::path(resumed_from_).parent_path();
+    own = fs::equivalent(parent.empty() ? fs::path(".") : parent, dir, ec);
+  }
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!io::is_temp_file_name(name)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  if (own) {
+    // Periodic checkpoints past the resumed step belong to the continuation this run replaces.
+    for (const std::string& name : names)
+      if (periodic_checkpoint_step(name) > step_) fs::remove(dir / name);
+  } else if (!names.empty()) {
+    if (!options_.overwrite) {
+      std::string list;
+      for (size_t i = 0; i < names.size() && i < 4; ++i) list += (i ? ", " : "") + detail::escape_untrusted(names[i]);
+      if (names.size() > 4) list += detail::concat(" and ", names.size() - 4, " more");
+      MT_FAIL("Trainer: the output directory '", detail::escape_untrusted(dir.string()), "' already holds files (",
+              list, "): it belongs to another run. Choose an empty directory, resume that run from its checkpoint, ",
+              "or replace its files (overwrite, --overwrite)");
+    }
+    for (const std::string& name : names)
+      if (is_run_file(name)) fs::remove(dir / name);
+  }
+  out_dir_ready_ = true;
+}
+
 TrainSummary Trainer::fit() {
   if (!options_.resume_from.empty() && resumed_from_ != options_.resume_from) load_checkpoint(options_.resume_from);
   if (fresh_ && step_ == 0) default_generator().manual_seed(options_.seed);
@@ -330,14 +437,11 @@ TrainSummary Trainer::fit() {
   run.total = total_steps();
   run.epochs = (run.total + loader_.size() - 1) / loader_.size();
   if (!options_.out_dir.empty()) {
-    fs::create_directories(options_.out_dir);
+    prepare_out_dir();
     const std::string path = (fs::path(options_.out_dir) / "metrics.jsonl").string();
     // A fresh run starts the file afresh; a resumed one keeps the lines up to its checkpoint.
-    if (step_ == 0)
-      run.metrics.open(path, std::ios::trunc);
-    else
-      run.metrics = truncate_metrics(path, step_);
-    MT_CHECK(run.metrics.is_open(), "Trainer: cannot write '", path, "'");
+    if (step_ == 0) io::write_file_atomic(path, "", "Trainer");
+    run.metrics = truncate_metrics(path, step_);
   }
 
   // Training memory = what is allocated from here on + the model, gradients and optimizer state
@@ -402,13 +506,13 @@ TrainSummary Trainer::fit() {
   TrainSummary summary = make_summary(run);
   if (!options_.out_dir.empty()) {
     const fs::path dir(options_.out_dir);
-    save_checkpoint((dir / "checkpoint.safetensors").string());
+    save_checkpoint((dir / "checkpoint.safetensors").string());  // refuses non-finite weights
     io::save_safetensors((dir / "model.safetensors").string(), model_->state_dict().items(),
                          {{"model", options_.model_name},
                           {"precision", std::string(to_string(options_.precision.precision))},
                           {"master_weights", summary.master_weights},
                           {"step", std::to_string(step_)}});
-    write_file_atomic((dir / "summary.json").string(), summary.to_json() + "\n");
+    io::write_file_atomic((dir / "summary.json").string(), summary.to_json() + "\n", "Trainer");
   }
   return summary;
 }

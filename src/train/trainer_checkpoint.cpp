@@ -9,16 +9,23 @@
 //             scaler                           GradScaler::state_dict() ({} when disabled)
 //             rng                              the default generator
 //             generators                       {module name: {"seed", "offset"}} of every Dropout
-//             trainer                          run settings (checked on resume) and running statistics
+//             trainer                          the trajectory settings (Trainer::trajectory_settings,
+//                                              checked on resume) and the running statistics
 //
+// Everything read back is hostile input: the JSON is parsed with depth limits and no duplicate keys
+// (io/json_input.h), values are range-checked, and nothing from the file is echoed unbounded.
 // Doubles go through JSON with round-trip precision (nlohmann prints the shortest exact form), so the
 // restored statistics and hyperparameters are the saved bits.
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
+#include "io/json_input.h"
 #include "mixtrain/error.h"
 #include "mixtrain/io/checkpoint.h"
+#include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/dropout.h"
 #include "mixtrain/train/trainer.h"
 
@@ -32,23 +39,6 @@ namespace {
 constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimPrefix = "optim.";
 
-// Settings that decide the numerics or the data position: a resumed run must use the same ones.
-json run_settings(const TrainerOptions& o, const data::Dataset& train_data, const amp::GradScaler& scaler,
-                  const optim::Optimizer& opt) {
-  json settings = {{"precision", std::string(to_string(o.precision.precision))},
-                   {"scaler", scaler.is_enabled()},
-                   {"master_weights", std::string(short_dtype_name(o.precision.param_dtype))},
-                   {"batch_size", o.batch_size},
-                   {"seed", o.seed},
-                   {"shuffle", o.shuffle},
-                   {"drop_last", o.drop_last},
-                   {"train_size", train_data.size()},
-                   {"optimizer", opt.name()}};
-  // Only when on, so checkpoints written before the option existed still load.
-  if (o.precision.compact_state) settings["compact_state"] = true;
-  return settings;
-}
-
 // The ParamState field that holds the named slot (named_tensors()'s keys).
 Tensor* slot(optim::ParamState& s, const std::string& key) {
   if (key == "master") return &s.master;
@@ -61,9 +51,110 @@ Tensor* slot(optim::ParamState& s, const std::string& key) {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+std::string hex64(uint64_t v) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kHex[v & 15];
+  return s;
+}
+
+// Parses metadata entry `key` of a checkpoint (a JSON text) with at most `depth` nested levels.
+json parse_meta(const io::Checkpoint& ck, const std::string& path, const char* key, int depth) {
+  return io::parse_untrusted_json(ck.meta(key), depth, [&](uint64_t pos, const std::string& what) {
+    MT_FAIL("resume: '", path, "': metadata '", key, "': ", what, " (at byte ", pos, " of the entry)");
+  });
+}
+
+// obj[key] as an integer in [lo, hi], or an mt::Error naming the entry.
+int64_t get_int(const json& obj, const char* key, int64_t lo, int64_t hi, const std::string& path, const char* what) {
+  MT_CHECK(obj.is_object() && obj.contains(key), "resume: '", path, "': ", what, " has no '", key, "'");
+  const json& v = obj.at(key);
+  MT_CHECK(v.is_number_integer(), "resume: '", path, "': ", what, " '", key, "' is ", io::describe_json(v),
+           ", not an integer");
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                           : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  MT_CHECK(fits && v.get<int64_t>() >= lo, "resume: '", path, "': ", what, " '", key, "' = ", io::describe_json(v),
+           " is outside [", lo, ", ", hi, "]");
+  return v.get<int64_t>();
+}
+
+double get_number(const json& obj, const char* key, const std::string& path, const char* what) {
+  MT_CHECK(obj.is_object() && obj.contains(key) && obj.at(key).is_number(), "resume: '", path, "': ", what, " '", key,
+           "' is missing or not a number");
+  return obj.at(key).get<double>();
+}
+
 }  // namespace
 
+std::string find_latest_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  std::string best;
+  int64_t best_step = -1;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const bool final = name == "checkpoint.safetensors";
+    const bool periodic = name.rfind("checkpoint-", 0) == 0 && name.size() > 23 &&
+                          name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    if (!(final || periodic) || !e.is_regular_file(ec)) continue;
+    const io::SafetensorsHeader h = io::read_safetensors_header(e.path().string());
+    io::Checkpoint meta{{}, h.metadata};
+    MT_CHECK(h.metadata.contains(io::kCheckpointVersionKey), "find_latest_checkpoint: '", e.path().string(),
+             "' is not a mixtrain training checkpoint");
+    const int64_t step = meta.meta_int("step");
+    // The final checkpoint wins a tie: it is written after the periodic one of the same step.
+    if (step > best_step || (step == best_step && final)) {
+      best_step = step;
+      best = e.path().string();
+    }
+  }
+  return best;
+}
+
+const std::vector<std::string>& Trainer::fixed_settings() {
+  static const std::vector<std::string> fixed = {"model",     "precision", "scaler",  "master_weights",
+                                                 "compact_state", "optimizer", "batch_size", "shuffle",
+                                                 "drop_last", "train_size"};
+  return fixed;
+}
+
+uint64_t Trainer::data_fingerprint() const {
+  if (!fingerprint_) fingerprint_ = train_data_->fingerprint();
+  return *fingerprint_;
+}
+
+std::map<std::string, std::string> Trainer::trajectory_settings() const {
+  const char* decay = options_.lr_schedule ? "custom" : options_.lr_decay == LrDecay::kCosine ? "cosine" : "constant";
+  json s = {{"model", options_.model_name},
+            {"precision", std::string(to_string(options_.precision.precision))},
+            {"scaler", scaler_.is_enabled()},
+            {"master_weights", std::string(short_dtype_name(options_.precision.param_dtype))},
+            {"compact_state", options_.precision.compact_state},
+            {"optimizer", optimizer_->name()},
+            {"batch_size", options_.batch_size},
+            {"shuffle", options_.shuffle},
+            {"drop_last", options_.drop_last},
+            {"train_size", train_data_->size()},
+            {"seed", options_.seed},
+            {"data", hex64(data_fingerprint())},
+            {"augment", options_.augment_name},
+            {"lr", base_lr_},
+            {"lr_decay", decay},
+            {"lr_min_factor", options_.lr_decay == LrDecay::kCosine ? json(options_.lr_min_factor) : json(nullptr)},
+            // Only a cosine schedule depends on the length of the run; extending a run with a
+            // constant (or custom, step-indexed) lr keeps its trajectory.
+            {"total_steps", decay == std::string("cosine") ? json(total_steps()) : json(nullptr)},
+            {"clip_grad_norm", options_.clip_grad_norm ? json(*options_.clip_grad_norm) : json(nullptr)}};
+  for (size_t g = 0; g < optimizer_->num_param_groups(); ++g)
+    for (const auto& [key, value] : optimizer_->hyperparameters(g))
+      if (key != "lr" && key != "initial_lr") s[g == 0 ? key : "group" + std::to_string(g) + "." + key] = value;
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : s.items()) out[key] = value.dump();
+  return out;
+}
+
 void Trainer::save_checkpoint(const std::string& path) const {
+  check_finite_before_writing("checkpoint '" + path + "'");
   io::Checkpoint ck;
   for (const auto& [name, t] : model_->state_dict()) ck.tensors[kModelPrefix + name] = t;
 
@@ -87,8 +178,8 @@ void Trainer::save_checkpoint(const std::string& path) const {
   ck.set_meta_int("step", step_);
   ck.set_meta_int("epoch", epoch_);
   ck.set_meta_int("batch", batch_);
-  json trainer = run_settings(options_, *train_data_, scaler_, *optimizer_);
-  trainer["model"] = options_.model_name;
+  json trainer = json::object();
+  for (const auto& [key, text] : trajectory_settings()) trainer[key] = json::parse(text);
   trainer["skipped_steps"] = skipped_steps_;
   trainer["epoch_loss_sum"] = epoch_loss_sum_;
   trainer["epoch_loss_count"] = epoch_loss_count_;
@@ -104,18 +195,47 @@ void Trainer::load_checkpoint(const std::string& path) {
   io::Checkpoint ck = io::load_checkpoint(path);  // mt::Error naming the file for corrupt input
   try {
     // 1. Everything that can be checked without changing state.
-    const json trainer = json::parse(ck.meta("trainer"));
-    const json expected = run_settings(options_, *train_data_, scaler_, *optimizer_);
-    for (const auto& [key, want] : expected.items()) {
-      MT_CHECK(trainer.contains(key), "resume: '", path, "' has no trainer setting '", key, "'");
-      MT_CHECK(trainer[key] == want, "resume: '", path, "' was written with ", key, " = ", trainer[key].dump(),
-               ", this run has ", key, " = ", want.dump(), " (a resumed run must keep the settings that decide ",
-               "its numerics and data order)");
+    const json trainer = parse_meta(ck, path, "trainer", 1);
+    MT_CHECK(trainer.is_object(), "resume: '", path, "': metadata 'trainer' is not an object");
+
+    // The settings: every difference is listed; each must be named in resume_overrides and be one
+    // that may change.
+    const std::vector<std::string>& fixed = fixed_settings();
+    const std::map<std::string, std::string> expected = trajectory_settings();
+    const std::set<std::string> overrides(options_.resume_overrides.begin(), options_.resume_overrides.end());
+    for (const std::string& o : overrides) {
+      MT_CHECK(expected.contains(o), "resume: resume_overrides names '", o, "', which is not a setting of this run");
+      MT_CHECK(std::find(fixed.begin(), fixed.end(), o) == fixed.end(), "resume: '", o,
+               "' cannot be overridden: it fixes the layout of the saved state or the position in the data");
     }
+    std::string refused, changed;
+    for (const auto& [key, text] : expected) {
+      const json want = json::parse(text);
+      const bool has = trainer.contains(key);
+      if (has && trainer.at(key) == want) continue;
+      const std::string what = detail::concat(key, " = ", has ? io::describe_json(trainer.at(key)) : "(none)",
+                                              " in the checkpoint, ", io::describe_json(want), " in this run");
+      std::string& list = overrides.contains(key) ? changed : refused;
+      list += (list.empty() ? "" : "; ") + what;
+    }
+    MT_CHECK(refused.empty(), "resume: '", path, "' was written by a run with other settings: ", refused,
+             ". A resumed run keeps every setting that shapes its trajectory: repeat the original ones, or name ",
+             "the ones to change in resume_overrides (the CLI's --resume-override NAME,...); ",
+             "model, precision, scaler, master_weights, compact_state, optimizer, batch_size, shuffle, drop_last ",
+             "and train_size cannot change");
+
+    const int64_t per_epoch = loader_.size();
     const int64_t step = ck.meta_int("step"), epoch = ck.meta_int("epoch"), batch = ck.meta_int("batch");
-    MT_CHECK(step >= 0 && epoch >= 0 && batch >= 0 && batch < loader_.size(), "resume: '", path,
-             "' has an invalid position: step ", step, ", epoch ", epoch, ", batch ", batch, " (of ", loader_.size(),
-             " per epoch)");
+    MT_CHECK(step >= 0 && epoch >= 0 && batch >= 0 && batch < per_epoch && epoch <= step / per_epoch &&
+                 step == epoch * per_epoch + batch,
+             "resume: '", path, "' has an invalid position: step ", step, ", epoch ", epoch, ", batch ", batch, " (",
+             per_epoch, " batches per epoch: step must be epoch * ", per_epoch, " + batch)");
+    MT_CHECK(step <= total_steps(), "resume: '", path, "' is at step ", step, ", past the ", total_steps(),
+             " steps of this run: raise the number of epochs (--epochs) or steps (--steps)");
+    const int64_t skipped = get_int(trainer, "skipped_steps", 0, step, path, "trainer statistic");
+    const int64_t loss_count = get_int(trainer, "epoch_loss_count", 0, batch, path, "trainer statistic");
+    const double loss_sum = get_number(trainer, "epoch_loss_sum", path, "trainer statistic");
+    const double last_loss = get_number(trainer, "last_epoch_loss", path, "trainer statistic");
 
     nn::StateDict model_state;
     optim::OptimizerStateDict osd;
@@ -126,32 +246,54 @@ void Trainer::load_checkpoint(const std::string& path) {
       } else if (starts_with(name, kOptimPrefix)) {
         const std::string rest = name.substr(std::string(kOptimPrefix).size());
         const size_t dot = rest.find('.');
-        size_t index = 0, used = 0;
-        bool ok = dot != std::string::npos && dot > 0;
-        if (ok) {
-          try {
-            index = std::stoul(rest.substr(0, dot), &used);
-          } catch (const std::exception&) {
-            ok = false;
-          }
-        }
-        Tensor* field =
-            ok && used == dot && index < osd.state.size() ? slot(osd.state[index], rest.substr(dot + 1)) : nullptr;
-        MT_CHECK(field != nullptr, "resume: '", path, "': unexpected optimizer tensor '", name,
-                 "' (this optimizer has ", osd.state.size(), " parameters)");
+        size_t index = 0;
+        bool ok = dot != std::string::npos && dot > 0 && dot <= 9 &&
+                  std::all_of(rest.begin(), rest.begin() + static_cast<ptrdiff_t>(dot),
+                              [](char c) { return c >= '0' && c <= '9'; });
+        if (ok) index = std::stoul(rest.substr(0, dot));
+        Tensor* field = ok && index < osd.state.size() ? slot(osd.state[index], rest.substr(dot + 1)) : nullptr;
+        MT_CHECK(field != nullptr, "resume: '", path, "': unexpected optimizer tensor ", detail::quote_untrusted(name),
+                 " (this optimizer has ", osd.state.size(), " parameters)");
         *field = t;
       } else {
-        MT_FAIL("resume: '", path, "': unexpected tensor '", name, "'");
+        MT_FAIL("resume: '", path, "': unexpected tensor ", detail::quote_untrusted(name));
       }
     }
-    const json optim = json::parse(ck.meta("optim"));
-    const json& steps = optim.at("steps");
-    MT_CHECK(steps.is_array() && steps.size() == osd.state.size(), "resume: '", path, "' has optimizer state for ",
-             steps.size(), " parameters, this optimizer has ", osd.state.size());
-    for (size_t i = 0; i < osd.state.size(); ++i) osd.state[i].step = steps[i].get<int64_t>();
-    for (const json& g : optim.at("param_groups")) osd.param_groups.push_back(g.get<std::map<std::string, double>>());
-    const auto scaler_state = json::parse(ck.meta("scaler")).get<amp::GradScalerStateDict>();
-    const json gens = json::parse(ck.meta("generators"));
+    const json optim = parse_meta(ck, path, "optim", 3);
+    MT_CHECK(optim.is_object() && optim.contains("type") && optim.at("type") == json(optimizer_->name()), "resume: '",
+             path, "': the optimizer state is not ", optimizer_->name(), "'s");
+    MT_CHECK(optim.contains("steps") && optim.at("steps").is_array() && optim.at("steps").size() == osd.state.size(),
+             "resume: '", path, "' has optimizer steps for ",
+             optim.contains("steps") ? io::describe_json(optim.at("steps")) : std::string("nothing"), ", this ",
+             "optimizer has ", osd.state.size(), " parameters");
+    for (size_t i = 0; i < osd.state.size(); ++i) {
+      const json& s = optim.at("steps")[i];
+      MT_CHECK(s.is_number_integer() && s.get<int64_t>() >= 0 && s.get<int64_t>() <= step, "resume: '", path,
+               "': optimizer step of parameter ", i, " is ", io::describe_json(s), ", outside [0, ", step, "]");
+      osd.state[i].step = s.get<int64_t>();
+    }
+    MT_CHECK(optim.contains("param_groups") && optim.at("param_groups").is_array() &&
+                 optim.at("param_groups").size() == optimizer_->num_param_groups(),
+             "resume: '", path, "': the optimizer state does not hold ", optimizer_->num_param_groups(),
+             " parameter groups");
+    // Group hyperparameters: the settings above equal this run's (or are overridden by it), and the lr
+    // follows the schedule, so this run's values are the right ones; the file's are only checked.
+    for (size_t g = 0; g < optimizer_->num_param_groups(); ++g) {
+      const json& jg = optim.at("param_groups")[g];
+      MT_CHECK(jg.is_object(), "resume: '", path, "': parameter group ", g, " is not an object");
+      std::map<std::string, double> values = optimizer_->hyperparameters(g);
+      const double lr = get_number(jg, "lr", path, "parameter group");
+      MT_CHECK(std::isfinite(lr) && lr >= 0, "resume: '", path, "': parameter group ", g, " has lr ", lr);
+      values["lr"] = lr;
+      if (jg.contains("initial_lr")) values["initial_lr"] = get_number(jg, "initial_lr", path, "parameter group");
+      osd.param_groups.push_back(std::move(values));
+    }
+    const json scaler_json = parse_meta(ck, path, "scaler", 1);
+    MT_CHECK(scaler_json.is_object(), "resume: '", path, "': metadata 'scaler' is not an object");
+    amp::GradScalerStateDict scaler_state;
+    for (const auto& [key, value] : scaler_json.items()) scaler_state[key] = get_number(scaler_json, key.c_str(), path, "scaler");
+    const json gens = parse_meta(ck, path, "generators", 2);
+    MT_CHECK(gens.is_object(), "resume: '", path, "': metadata 'generators' is not an object");
     for (auto& [name, m] : model_->named_modules())
       if (dynamic_cast<nn::Dropout*>(m) != nullptr)
         MT_CHECK(gens.contains(name), "resume: '", path, "' has no generator state for Dropout '", name, "'");
@@ -164,14 +306,18 @@ void Trainer::load_checkpoint(const std::string& path) {
     io::set_rng_state(ck.meta("rng"));
     for (auto& [name, m] : model_->named_modules())
       if (auto* d = dynamic_cast<nn::Dropout*>(m)) io::set_rng_state(gens[name].dump(), d->generator());
+    // A constant schedule has nothing to recompute the lr from each step: set it (an overridden lr
+    // takes effect here; otherwise it is the saved value again).
+    if (!options_.lr_schedule && options_.lr_decay == LrDecay::kConstant) optimizer_->set_lr(base_lr_);
 
     step_ = step;
     epoch_ = epoch;
     batch_ = batch;
-    skipped_steps_ = trainer.at("skipped_steps").get<int64_t>();
-    epoch_loss_sum_ = trainer.at("epoch_loss_sum").get<double>();
-    epoch_loss_count_ = trainer.at("epoch_loss_count").get<int64_t>();
-    last_epoch_loss_ = trainer.at("last_epoch_loss").get<double>();
+    skipped_steps_ = skipped;
+    epoch_loss_sum_ = loss_sum;
+    epoch_loss_count_ = loss_count;
+    last_epoch_loss_ = last_loss;
+    applied_overrides_ = changed;
   } catch (const json::exception& e) {
     MT_FAIL("resume: '", path, "': malformed checkpoint metadata (", e.what(), ")");
   }

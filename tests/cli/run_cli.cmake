@@ -1,6 +1,7 @@
 # Runs one mixtrain CLI command for CTest and checks its exit code, output and files.
 #   -DCMD=a|b|c          the command line, '|'-separated (';' does not survive add_test)
 #   -DEXPECT=pass|fail   exit code 0, or a non-zero exit code (a crash or signal is never a pass)
+#   -DEXIT_CODE=n        with fail: exactly this exit code
 #   -DREGEX=...          stdout + stderr must match
 #   -DONE_LINE=ON        stderr must be exactly one non-empty line (the CLI's error promise)
 #   -DJSON_KEYS=a|b      the last line of stdout is a JSON object holding these keys
@@ -18,6 +19,9 @@ endif()
 if(EXPECT STREQUAL "fail")
   if(rc EQUAL 0)
     message(FATAL_ERROR "expected a non-zero exit code")
+  endif()
+  if(DEFINED EXIT_CODE AND NOT rc EQUAL EXIT_CODE)
+    message(FATAL_ERROR "expected exit code ${EXIT_CODE}")
   endif()
 elseif(NOT rc EQUAL 0)
   message(FATAL_ERROR "expected exit code 0")

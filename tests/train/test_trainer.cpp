@@ -318,7 +318,7 @@ TEST(Trainer, CompactStateHoldsTwelveBytesPerParameter) {
       run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true},
            .max_steps = 3,
            .resume_from = dir.file("checkpoint.safetensors")}),
-      "no trainer setting 'compact_state'");
+      "compact_state = false in the checkpoint, true in this run");
 }
 
 TEST(Trainer, MasterWeightsNeedTheModelConvertedBeforeTheOptimizer) {

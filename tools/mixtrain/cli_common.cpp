@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
+#include <limits>
 #include <string_view>
 
 namespace mixtrain::cli {
@@ -124,9 +126,11 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
     app.add_option("--steps", a.steps, "Stop after this many steps in total (overrides --epochs; 0: off)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
         ->capture_default_str();
-    app.add_option("--lr", a.lr, "AdamW learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--lr", a.lr, "AdamW learning rate")
+        ->check(CLI::Range(std::numeric_limits<double>::min(), 1e6))
+        ->capture_default_str();
     app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay")
-        ->check(CLI::NonNegativeNumber)
+        ->check(CLI::Range(0.0, 1e6))
         ->capture_default_str();
     app.add_option("--lr-decay", a.lr_decay,
                    "Learning-rate decay over the run: cosine (to --lr-min-factor x --lr) or constant")
@@ -147,10 +151,30 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
     app.add_option("--log-every", a.log_every, "Write every N-th step to metrics.jsonl")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
         ->capture_default_str();
+    app.add_option("--on-nonfinite", a.on_nonfinite,
+                   "When the loss, a gradient or a weight becomes inf/NaN outside the GradScaler's normal skipping: "
+                   "stop (exit code 3, no file overwritten), skip the step, or continue")
+        ->check(CLI::IsMember({"stop", "skip", "continue"}))
+        ->capture_default_str();
+    app.add_flag("--overwrite", a.overwrite,
+                 "Replace the run files (metrics, summary, model, checkpoints) of another run in the output "
+                 "directory; without it a non-empty output directory is refused");
   }
-  if (has(Flags::kResume))
-    app.add_option("--resume", a.resume, "Continue from a training checkpoint (same settings; bit-exact)")
-        ->check(CLI::ExistingFile);
+  if (has(Flags::kResume)) {
+    app.add_option("--resume", a.resume,
+                   "Continue from a training checkpoint, bit for bit (the run's settings must match it), or 'auto': "
+                   "from the newest checkpoint in --out if there is one, else from the start")
+        ->check(throwing_validator(
+            [](const std::string& s) {
+              if (s != "auto" && !std::filesystem::exists(s))
+                throw UsageError("--resume: '" + s + "' does not exist");
+            },
+            "FILE|auto"));
+    app.add_option("--resume-override", a.resume_overrides,
+                   "Settings a resume may change from the checkpoint's (comma-separated names, as a refused resume "
+                   "lists them: lr, weight_decay, total_steps, seed, data, ...)")
+        ->delimiter(',');
+  }
 }
 
 void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision precision) {
@@ -243,6 +267,9 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.out_dir = a.out;
   o.checkpoint_every = a.checkpoint_every;
   o.resume_from = a.resume;
+  o.resume_overrides = a.resume_overrides;
+  o.on_nonfinite = train::parse_nonfinite_policy(a.on_nonfinite);
+  o.overwrite = a.overwrite;
   o.log_every = a.log_every;
   o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
   o.lr_min_factor = a.lr_min_factor;

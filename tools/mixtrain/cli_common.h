@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace mixtrain::cli {
 
@@ -50,7 +51,10 @@ struct RunArgs {
   int threads = 0;  // 0: every core
   std::string out;
   int64_t checkpoint_every = 0;
-  std::string resume;
+  std::string resume;  // a checkpoint, or "auto": the newest in --out, else a fresh start
+  std::vector<std::string> resume_overrides;
+  std::string on_nonfinite = "stop";
+  bool overwrite = false;
   int64_t log_every = 1;
 };
 
@@ -59,8 +63,8 @@ enum class Flags : unsigned {
   kModel = 1,
   kData = 2,
   kPrecision = 4,  // --precision --compact-state (train, bench)
-  kTraining = 8,   // --epochs --steps --lr --weight-decay --out --checkpoint-every --log-every
-  kResume = 16,
+  kTraining = 8,   // --epochs --steps --lr --weight-decay --checkpoint-every --log-every --on-nonfinite --overwrite
+  kResume = 16,    // --resume --resume-override
   kCommon = 32,  // --batch-size --seed --threads --scaler --master-weights
 };
 constexpr unsigned operator|(Flags a, Flags b) { return static_cast<unsigned>(a) | static_cast<unsigned>(b); }

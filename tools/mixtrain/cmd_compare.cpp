@@ -1,6 +1,7 @@
 // mixtrain compare: the same model, data and seed trained in several precisions; one table,
 // DIR/report.md and a loss-curve plot through gnuplot.
 #include <mixtrain/error.h>
+#include <mixtrain/io/file.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,7 +129,7 @@ bool plot_losses(const fs::path& dir, const std::vector<Row>& rows, const std::v
   for (const auto& l : losses) steps = std::min(steps, l.size());
   const size_t window = std::clamp<size_t>(steps / 50, 1, 50);
   {
-    std::ofstream dat(dir / "loss.dat");
+    std::ostringstream dat;
     dat << "# step";
     for (const Row& r : rows) dat << ' ' << r.precision;
     dat << "   (training loss, mean of the last " << window << " steps)\n";
@@ -143,16 +144,21 @@ bool plot_losses(const fs::path& dir, const std::vector<Row>& rows, const std::v
       }
       dat << '\n';
     }
+    io::write_file_atomic((dir / "loss.dat").string(), dat.str(), "mixtrain compare");
   }
+  // gnuplot draws into a temporary name that is renamed over loss.png once it has succeeded, so a
+  // failed or killed plot never leaves half an image.
+  const fs::path png_tmp = dir / ".loss.png.plotting";
   {
-    std::ofstream gp(dir / "loss.gp");
+    std::ostringstream gp;
     gp << "# gnuplot script written by mixtrain compare: gnuplot loss.gp (in this directory)\n"
        << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
        << "  set terminal pngcairo size 960,540 noenhanced\n"
        << "} else {\n"
        << "  set terminal png size 960,540 noenhanced\n"
        << "}\n"
-       << "set output '" << (dir / "loss.png").string() << "'\n"
+       << "if (!exists('out')) out = '" << (dir / "loss.png").string() << "'\n"
+       << "set output out\n"
        << "set title 'training loss by precision'\n"
        << "set xlabel 'step'\n"
        << "set ylabel 'loss (moving average over " << window << " steps)'\n"
@@ -163,6 +169,7 @@ bool plot_losses(const fs::path& dir, const std::vector<Row>& rows, const std::v
       gp << (k ? "," : "") << " '" << (dir / "loss.dat").string() << "' using 1:" << k + 2 << " with lines lw 2 title '"
          << rows[k].precision << "'";
     gp << '\n';
+    io::write_file_atomic((dir / "loss.gp").string(), gp.str(), "mixtrain compare");
   }
   const std::string gnuplot = find_on_path("gnuplot");
   if (gnuplot.empty()) {
@@ -171,15 +178,20 @@ bool plot_losses(const fs::path& dir, const std::vector<Row>& rows, const std::v
     return false;
   }
   const std::string script = (dir / "loss.gp").string();
-  char* argv[] = {const_cast<char*>(gnuplot.c_str()), const_cast<char*>(script.c_str()), nullptr};
+  std::error_code ec;
+  const std::string out_arg = "out='" + png_tmp.string() + "'";
+  char* argv[] = {const_cast<char*>(gnuplot.c_str()), const_cast<char*>("-e"), const_cast<char*>(out_arg.c_str()),
+                  const_cast<char*>(script.c_str()), nullptr};
   pid_t pid = 0;
   int status = 0;
   if (::posix_spawn(&pid, gnuplot.c_str(), nullptr, nullptr, argv, environ) != 0 || ::waitpid(pid, &status, 0) < 0 ||
       !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::printf("gnuplot failed: no loss plot (script: %s)\n", script.c_str());
+    fs::remove(png_tmp, ec);
     return false;
   }
-  return true;
+  fs::rename(png_tmp, dir / "loss.png", ec);
+  return !ec;
 }
 
 }  // namespace
@@ -192,6 +204,14 @@ int run_compare(const CompareArgs& in) {
   if (in.precisions.empty()) throw UsageError("--precisions is empty");
   const DataSpec spec = parse_data_spec(a.data);
   for (const std::string& p : in.precisions) check_combination(a, spec, train::parse_precision(p));
+  // The directory holds one comparison: refuse another's files unless --overwrite (each precision's
+  // Trainer checks its own subdirectory the same way).
+  std::error_code ec;
+  if (fs::is_directory(a.out, ec) && !fs::is_empty(a.out, ec) && !a.overwrite)
+    throw UsageError("the output directory '" + a.out +
+                     "' is not empty: it holds another comparison. Choose another --out, or pass --overwrite");
+  if (fs::exists(a.out, ec) && !fs::is_directory(a.out, ec))
+    throw UsageError("--out '" + a.out + "' exists and is not a directory");
   const int threads = apply_threads(a.threads);
   const nn::ModelInfo& info = nn::model_info(a.model);
 
@@ -237,11 +257,7 @@ int run_compare(const CompareArgs& in) {
   md << "Per-run files: ";
   for (const Row& r : rows) md << "`" << r.precision << "/summary.json` ";
   md << "(and metrics.jsonl, model.safetensors, checkpoint.safetensors beside each).\n";
-  {
-    std::ofstream f(dir / "report.md");
-    f << md.str();
-    MT_CHECK(f.good(), "cannot write '", (dir / "report.md").string(), "'");
-  }
+  io::write_file_atomic((dir / "report.md").string(), md.str(), "mixtrain compare");
   std::printf("\nwrote %s/report.md%s and %s/<precision>/\n", a.out.c_str(), plotted ? ", loss.png" : "",
               a.out.c_str());
   return 0;

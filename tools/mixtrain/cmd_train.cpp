@@ -39,6 +39,14 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
     };
   }
   train::Trainer trainer(*model, train::adamw(args.lr, args.weight_decay), *data.train, data.eval.get(), o);
+  if (!o.resume_from.empty()) {
+    // Loaded here rather than in fit() so that the banner can say what the resume changed.
+    trainer.load_checkpoint(o.resume_from);
+    std::printf("%sresuming from %s at step %lld of %lld%s%s\n", label.c_str(), o.resume_from.c_str(),
+                static_cast<long long>(trainer.step()), static_cast<long long>(trainer.total_steps()),
+                trainer.applied_overrides().empty() ? "" : "; overridden: ", trainer.applied_overrides().c_str());
+    std::fflush(stdout);
+  }
   train::TrainSummary s = trainer.fit();
   progress.finish();
   return s;
@@ -64,6 +72,12 @@ int run_train(const RunArgs& in) {
   const train::Precision precision = train::parse_precision(a.precision);
   check_combination(a, spec, precision);
   const DType param_dtype = train::parse_param_dtype(a.master_weights);
+  if (a.resume == "auto") {
+    // The newest checkpoint of this output directory, or a fresh start that replaces the files of the
+    // interrupted attempt (the directory is this run's: that is what auto says).
+    a.resume = train::find_latest_checkpoint(a.out);
+    if (a.resume.empty()) a.overwrite = true;
+  }
   if (!a.resume.empty()) precheck_resume(a.resume);
   const int threads = apply_threads(a.threads);
   const nn::ModelInfo& info = nn::model_info(a.model);
@@ -78,7 +92,6 @@ int run_train(const RunArgs& in) {
               static_cast<long long>(a.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
               static_cast<unsigned long long>(a.seed), threads);
   std::printf("cpu %s\n", cpu::describe().c_str());
-  if (!a.resume.empty()) std::printf("resuming from %s\n", a.resume.c_str());
   std::fflush(stdout);
 
   const train::TrainSummary s = run_training(a, precision, param_dtype, data, a.out, "");

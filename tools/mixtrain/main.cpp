@@ -1,8 +1,10 @@
 // mixtrain: the command-line tool. Subcommands train, compare, bench and inspect (commands.h).
 //
 // Errors are one line on stderr and a non-zero exit: CLI11's message for a bad flag (its exit
-// code), "mixtrain: error: ..." with 2 for a bad combination of flags and 1 for anything that
-// fails at run time (missing dataset, corrupt file, ...).
+// code), "mixtrain: error: ..." with 2 for a bad combination of flags, 3 when training diverged
+// (a non-finite loss, gradient or weight; see --on-nonfinite) and 1 for anything else that fails at
+// run time (missing dataset, corrupt file, full disk, ...).
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -22,6 +24,9 @@ std::string one_line(std::string s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) then makes write() fail with EFBIG, which the writers report,
+  // instead of killing the process with SIGXFSZ halfway through a file.
+  std::signal(SIGXFSZ, SIG_IGN);
   namespace cli = mixtrain::cli;
   CLI::App app{"mixtrain: mixed-precision (fp32 / bf16 / fp16) training on the CPU", "mixtrain"};
   app.require_subcommand(1);
@@ -54,6 +59,10 @@ int main(int argc, char** argv) {
     if (compare->parsed()) return cli::run_compare(compare_args);
     if (bench->parsed()) return cli::run_bench(bench_args);
     if (inspect->parsed()) return cli::run_inspect(inspect_file);
+  } catch (const mixtrain::train::NonFiniteError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "mixtrain: error: %s\n", one_line(e.what()).c_str());
+    return 3;
   } catch (const cli::UsageError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "mixtrain: error: %s\n", one_line(e.what()).c_str());

@@ -41,6 +41,11 @@ class Dataset {
   virtual Batch get_batch(std::span<const int64_t> indices) const = 0;
   // One example: get_batch({index}) with the batch dimension removed.
   virtual Example get(int64_t index) const;
+  // A 64-bit fingerprint of the contents (every example's input and target values, shapes and
+  // dtypes, in order). Training checkpoints record it, so that a resume on other data is refused.
+  // Not cryptographic: it tells datasets apart, it does not authenticate them. The default reads
+  // every example once through get_batch(); the datasets here hash their stored bytes instead.
+  virtual uint64_t fingerprint() const;
 
  protected:
   // Throws mt::Error naming `who` when an index is outside [0, size()).
@@ -77,6 +82,7 @@ class ImageClassificationDataset : public Dataset {
 
   int64_t size() const override { return labels_.numel(); }
   Batch get_batch(std::span<const int64_t> indices) const override;
+  uint64_t fingerprint() const override;
 
   // The raw data as read from the files: images uint8 [N, 28, 28], labels uint8 [N].
   const Tensor& images() const { return images_; }
@@ -139,6 +145,7 @@ class TextDataset : public Dataset {
 
   int64_t size() const override;
   Batch get_batch(std::span<const int64_t> indices) const override;
+  uint64_t fingerprint() const override;
 
   int64_t context() const { return context_; }
   int64_t vocab_size() const { return kVocabSize; }
@@ -174,6 +181,7 @@ class SyntheticDataset : public Dataset {
 
   int64_t size() const override { return size_; }
   Batch get_batch(std::span<const int64_t> indices) const override;
+  uint64_t fingerprint() const override;  // of the parameters, which determine every example
   int64_t num_classes() const { return num_classes_; }
 
   static constexpr int64_t kPoolSize = int64_t{1} << 20;

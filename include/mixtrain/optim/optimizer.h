@@ -151,6 +151,9 @@ class Optimizer {
   // The name of the parameter with flat index i, or "param_groups[g].params[j]" when unnamed.
   std::string param_name(size_t flat_index) const;
 
+  // Group g's hyperparameters by name ("lr", "weight_decay", "beta1", ...): what state_dict() stores.
+  std::map<std::string, double> hyperparameters(size_t group) const { return group_hyperparameters(group); }
+
   virtual double lr(size_t group = 0) const = 0;
   virtual void set_lr(size_t group, double lr) = 0;
   void set_lr(double lr);  // every group

@@ -22,6 +22,35 @@
 // of a straight N+M-step run bit for bit (same thread count: reductions are not reordered between
 // runs, but their order depends on the thread count).
 //
+// Non-finite training. Under the GradScaler (fp16) a step with inf/NaN gradients is skipped and the
+// scale backs off: that is normal. Anything else non-finite means the run has diverged: a NaN or inf
+// loss or gradient without a scaler (fp32, bf16), or a skipped step whose scale was already at
+// scaler_floor (even unscaled, the values overflow). options.on_nonfinite decides:
+//   kStop (default)  fit() throws NonFiniteError, naming the step, the loss, the first non-finite
+//                    parameter (the previous update overflowed it) or else the first non-finite
+//                    gradient; the update is not applied and nothing more is written.
+//   kSkip            without a scaler, the step is skipped like the GradScaler does (counted in
+//                    skipped_steps); a non-finite parameter or a scale at the floor still stops.
+//   kContinue        PyTorch's behaviour without a scaler: the update is applied whatever it holds.
+// Whatever the policy, non-finite weights are never written: a checkpoint or model file that would
+// hold them is refused (NonFiniteError), so the last good files stay.
+//
+// Output directory. A run writes only into an out_dir that is empty, or that holds the run it
+// resumes (its checkpoint lies in out_dir), or when options.overwrite is set (then the run files
+// listed below are removed first; other files are left alone). Temporary files that a killed
+// process left behind (io::remove_stale_temp_files) are removed when fit() starts, and on resume the
+// periodic checkpoints past the resumed step (written by the abandoned continuation) as well.
+//
+// Resume is exact or refused. A checkpoint records every setting that shapes the trajectory: the
+// model, precision and parameter modes, the optimizer and its hyper-parameters, the base lr and its
+// schedule (and, for a cosine schedule, the total steps), seed, batch size, shuffling, augmentation,
+// gradient clipping, and a fingerprint of the training data. load_checkpoint() refuses a checkpoint
+// whose settings differ from this run's, listing every difference, unless each differing setting is
+// named in options.resume_overrides (not allowed for those that fix the state's layout or the data
+// position: model, precision, scaler, master_weights, compact_state, optimizer, batch_size, shuffle,
+// drop_last, train_size); the overridden settings then take this run's values. Every value loaded
+// (position, counters, optimizer, scaler and generator state) is range-checked.
+//
 // Files in out_dir (nothing is written when it is empty):
 //   metrics.jsonl            one JSON object per logged step: step, epoch, loss, lr, scale, skipped
 //                            (on resume, lines after the checkpoint's step are dropped first)
@@ -30,11 +59,13 @@
 //                            the bf16 parameters, i.e. the fp32 masters truncated to bf16)
 //   checkpoint.safetensors   the final training state (resume from it to train further)
 //   checkpoint-<step>.safetensors  every checkpoint_every steps
-// Every file except metrics.jsonl is written atomically (temporary file, fsync, rename).
+// Every file except metrics.jsonl is written atomically (io/file.h); metrics.jsonl is appended a
+// checked line at a time (a full disk is an error, not a shorter file).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +74,7 @@
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/data/dataloader.h"
 #include "mixtrain/data/dataset.h"
+#include "mixtrain/error.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/tensor.h"
@@ -99,6 +131,17 @@ struct EpochInfo {
 
 enum class LrDecay { kConstant, kCosine };
 
+enum class NonFinitePolicy { kStop, kSkip, kContinue };
+// "stop", "skip", "continue"; parse_nonfinite_policy throws mt::Error for anything else.
+const char* to_string(NonFinitePolicy p);
+NonFinitePolicy parse_nonfinite_policy(const std::string& text);
+
+// Thrown by fit() when training diverges (see "Non-finite training" above).
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct TrainerOptions {
   PrecisionConfig precision;
   int64_t epochs = 1;
@@ -135,6 +178,12 @@ struct TrainerOptions {
   double lr_min_factor = 0.0;  // in [0, 1]
   LossFn loss_fn = default_loss;
 
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
+  double scaler_floor = 1.0;  // a skipped step at or below this loss scale counts as diverged
+  bool overwrite = false;     // replace another run's files in out_dir
+  // Settings a resume may change (their names as load_checkpoint's refusal lists them).
+  std::vector<std::string> resume_overrides;
+
   std::string model_name = "custom";  // recorded in summary.json and model.safetensors
   std::string data_name;              // the data the run used (the CLI's --data spec), recorded in summary.json
   std::string augment_name = "none";  // names train_transform in summary.json ("flip", ...)
@@ -164,7 +213,7 @@ struct TrainSummary {
   double samples_per_sec = 0;    // batch_size / step_ms_median
   std::optional<double> gflops;  // flops_per_sample * samples_per_sec / 1e9
   int64_t peak_bytes = 0;        // peak tensor bytes of training (weights, grads, optimizer state, activations)
-  int64_t skipped_steps = 0;     // steps the GradScaler skipped, over the whole run
+  int64_t skipped_steps = 0;     // steps skipped (GradScaler, or on_nonfinite = skip), over the whole run
   double final_scale = 1;        // loss scale after the last step (1 without a scaler)
   int threads = 0;               // get_num_threads()
   std::string cpu;               // cpu::cpu_name(): the processor the step times come from
@@ -185,6 +234,10 @@ struct TrainSummary {
 
   std::string to_json(int indent = 2) const;
 };
+
+// The checkpoint in `dir` with the highest step metadata (checkpoint.safetensors or
+// checkpoint-<step>.safetensors), or "" when there is none: where a killed or finished run resumes.
+std::string find_latest_checkpoint(const std::string& dir);
 
 class Trainer {
  public:
@@ -209,10 +262,15 @@ class Trainer {
   // the training autocast. The model's training mode is restored afterwards.
   EvalResult evaluate(const data::Dataset& data);
 
-  // The full training state, atomically; and back (validated against this run's settings: the
-  // precision mode, batch size, seed and dataset size must match).
+  // The full training state, atomically (refused with NonFiniteError when a parameter is not
+  // finite); and back (validated against this run's settings, see "Resume is exact or refused").
   void save_checkpoint(const std::string& path) const;
   void load_checkpoint(const std::string& path);
+
+  // The settings a checkpoint of this run records (name -> JSON value), and the names of those that
+  // options.resume_overrides may not change.
+  std::map<std::string, std::string> trajectory_settings() const;
+  static const std::vector<std::string>& fixed_settings();
 
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -224,6 +282,9 @@ class Trainer {
   int64_t batch_in_epoch() const { return batch_; }  // 0-based batch of the next step
   int64_t batches_per_epoch() const { return loader_.size(); }
   int64_t total_steps() const;
+  // After a resume with resume_overrides: the settings that changed ("lr = 0.001 in the checkpoint,
+  // 0.01 in this run; ..."), "" when none did.
+  const std::string& applied_overrides() const { return applied_overrides_; }
 
  private:
   struct RunState;  // per-fit() timing and output files
@@ -236,6 +297,19 @@ class Trainer {
   void finish_epoch(RunState& run, bool evaluate_now);
   void log_step(RunState& run, const StepInfo& info);
   TrainSummary make_summary(const RunState& run) const;
+  // Refuses out_dir when it holds another run's files (see "Output directory").
+  void prepare_out_dir();
+  // The flat index of the first parameter holding inf or NaN, or -1.
+  int64_t first_nonfinite_parameter() const;
+  // Throws NonFiniteError when a parameter is not finite (`what`: the file about to be written).
+  void check_finite_before_writing(const std::string& what) const;
+  // The checks and the policy of "Non-finite training" for one step without a GradScaler; true when
+  // the update goes ahead.
+  bool nonfinite_gate(double loss);
+  // NonFiniteError's message for the step being taken: `cause`, the loss, the first non-finite
+  // parameter or else the named gradient.
+  std::string divergence_message(const std::string& cause, double loss, const std::string& grad_name) const;
+  uint64_t data_fingerprint() const;
 
   nn::Module* model_;
   optim::Optimizer* optimizer_;
@@ -257,6 +331,10 @@ class Trainer {
   std::string resumed_from_;
   std::optional<EvalResult> last_eval_;
   int64_t last_eval_step_ = -1;
+  std::string applied_overrides_;
+  bool out_dir_ready_ = false;                   // prepare_out_dir() accepted out_dir for this Trainer
+  mutable std::optional<uint64_t> fingerprint_;  // of the training data, computed once
+  Tensor found_inf_, unit_scale_;                // 0-dim fp32 scratch of the non-finite checks
 };
 
 }  // namespace mixtrain::train

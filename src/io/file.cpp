@@ -1,0 +1,266 @@
+// Atomic writes, stale-temporary cleanup, and reads of regular files only (mixtrain/io/file.h).
+#include "mixtrain/io/file.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "mixtrain/error.h"
+
+namespace mixtrain::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kTempTag = ".mixtrain-tmp.";
+
+std::string random_suffix() {
+  static thread_local std::mt19937_64 rng{std::random_device{}() ^ (static_cast<uint64_t>(::getpid()) << 32)};
+  static constexpr char kHex[] = "0123456789abcdef";
+  uint64_t r = rng();
+  std::string s(12, '0');
+  for (char& c : s) {
+    c = kHex[r & 15];
+    r >>= 4;
+  }
+  return s;
+}
+
+// "<dir>/.<name>.mixtrain-tmp.<pid>.<random>"
+std::string temp_name_for(const std::string& path) {
+  const fs::path p(path);
+  const std::string name = "." + p.filename().string() + std::string(kTempTag) + std::to_string(::getpid()) + "." +
+                           random_suffix();
+  return (p.parent_path() / name).string();
+}
+
+void fsync_directory_of(const std::string& path) {
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // best effort: the rename has happened; failing here cannot lose the old data
+    ::close(dfd);
+  }
+}
+
+// Writes all n bytes to fd; returns 0 or the errno of the failure (EIO for a zero-byte write).
+int write_all(int fd, const char* p, size_t n, uint64_t* written) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    if (w == 0) return EIO;
+    p += w;
+    n -= static_cast<size_t>(w);
+    *written += static_cast<uint64_t>(w);
+  }
+  return 0;
+}
+
+}  // namespace
+
+// ---- AtomicFile --------------------------------------------------------------------------------
+
+AtomicFile::AtomicFile(std::string path, std::string who) : path_(std::move(path)), who_(std::move(who)) {
+  MT_CHECK(!path_.empty(), who_, ": empty file name");
+  for (int attempt = 0; attempt < 8 && fd_ < 0; ++attempt) {
+    tmp_ = temp_name_for(path_);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno != EEXIST) break;
+  }
+  if (fd_ < 0) {
+    const int err = errno;
+    MT_FAIL(who_, ": cannot create a temporary file next to '", path_, "' (", std::strerror(err), ")");
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::fail(const std::string& what, int err) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  committed_ = true;  // nothing left to remove
+  MT_FAIL(who_, ": cannot write '", path_, "': ", what, " (", std::strerror(err),
+          "); the previous file, if any, is unchanged");
+}
+
+void AtomicFile::write(const void* data, size_t n) {
+  MT_CHECK(fd_ >= 0 && !committed_, who_, ": '", path_, "' is already committed");
+  const uint64_t before = written_;
+  if (const int err = write_all(fd_, static_cast<const char*>(data), n, &written_))
+    fail(detail::concat("write failed after ", before + (written_ - before), " bytes"), err);
+}
+
+void AtomicFile::commit() {
+  MT_CHECK(fd_ >= 0 && !committed_, who_, ": '", path_, "' is already committed");
+  if (::fsync(fd_) != 0) fail("fsync failed", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("close failed", errno);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("rename failed", errno);
+  committed_ = true;
+  fsync_directory_of(path_);
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents, const std::string& who) {
+  AtomicFile f(path, who);
+  f.write(contents);
+  f.commit();
+}
+
+// ---- stale temporaries --------------------------------------------------------------------------
+
+bool is_temp_file_name(std::string_view name) {
+  const size_t tag = name.rfind(kTempTag);
+  if (name.empty() || name[0] != '.' || tag == std::string_view::npos || tag < 2) return false;
+  const std::string_view rest = name.substr(tag + kTempTag.size());  // "<pid>.<random>"
+  const size_t dot = rest.find('.');
+  if (dot == 0 || dot == std::string_view::npos || dot + 1 == rest.size()) return false;
+  return std::all_of(rest.begin(), rest.begin() + dot, [](char c) { return c >= '0' && c <= '9'; });
+}
+
+int remove_stale_temp_files(const std::string& dir) {
+  DIR* d = ::opendir(dir.empty() ? "." : dir.c_str());
+  if (d == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name(e->d_name);
+    if (!is_temp_file_name(name)) continue;
+    const std::string_view rest = name.substr(name.rfind(kTempTag) + kTempTag.size());
+    const std::string pid_text(rest.substr(0, rest.find('.')));
+    if (pid_text.size() > 9) continue;  // not a pid this system can have
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    // kill(pid, 0): ESRCH when no such process. A live pid (ours, another run's, or a reused one)
+    // keeps its file.
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      const fs::path p = fs::path(dir.empty() ? "." : dir) / std::string(name);
+      struct stat st;
+      if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(p.c_str()) == 0) ++removed;
+    }
+  }
+  ::closedir(d);
+  return removed;
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+ReadFile::ReadFile(const std::string& path, std::string who) : path_(path), who_(std::move(who)) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ < 0) {
+    const int err = errno;
+    MT_FAIL(who_, ": cannot open '", path, "': ", std::strerror(err));
+  }
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    MT_FAIL(who_, ": '", path, "' is not a regular file",
+            S_ISFIFO(st.st_mode) ? " (a FIFO)" : S_ISDIR(st.st_mode) ? " (a directory)" : "");
+  }
+  // Regular files ignore O_NONBLOCK; clear it anyway so that reads behave the usual way.
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+  size_ = static_cast<uint64_t>(st.st_size);
+}
+
+ReadFile::~ReadFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ReadFile::read_at(void* dst, uint64_t n, uint64_t offset) const {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd_, p, std::min<uint64_t>(n, uint64_t{1} << 30), static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      MT_FAIL(who_, ": '", path_, "': read error (", std::strerror(err), ") (at byte offset ", offset, ")");
+    }
+    if (r == 0)
+      MT_FAIL(who_, ": '", path_, "': unexpected end of file (was it modified while reading?) (at byte offset ",
+              offset, ")");
+    p += r;
+    n -= static_cast<uint64_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+}
+
+size_t ReadFile::read_some(void* dst, size_t n) {
+  while (true) {
+    const ssize_t r = ::read(fd_, dst, std::min<size_t>(n, size_t{1} << 30));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      MT_FAIL(who_, ": '", path_, "': read error (", std::strerror(err), ")");
+    }
+    return static_cast<size_t>(r);
+  }
+}
+
+std::string read_file(const std::string& path, uint64_t max_bytes, const std::string& who) {
+  ReadFile f(path, who);
+  MT_CHECK(f.size() <= max_bytes, who, ": '", path, "' has ", f.size(), " bytes, above the limit of ", max_bytes);
+  std::string s(static_cast<size_t>(f.size()), '\0');
+  f.read_at(s.data(), s.size(), 0);
+  return s;
+}
+
+// ---- AppendFile ----------------------------------------------------------------------------------
+
+AppendFile::AppendFile(const std::string& path, std::string who) : path_(path), who_(std::move(who)) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const int err = errno;
+    MT_FAIL(who_, ": cannot open '", path, "' for appending: ", std::strerror(err));
+  }
+}
+
+AppendFile::~AppendFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+AppendFile::AppendFile(AppendFile&& o) noexcept : path_(std::move(o.path_)), who_(std::move(o.who_)), fd_(o.fd_) {
+  o.fd_ = -1;
+}
+
+AppendFile& AppendFile::operator=(AppendFile&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(o.path_);
+    who_ = std::move(o.who_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+void AppendFile::write_line(std::string_view line) {
+  MT_CHECK(fd_ >= 0, who_, ": append file is not open");
+  std::string buf(line);
+  buf += '\n';
+  uint64_t written = 0;
+  if (const int err = write_all(fd_, buf.data(), buf.size(), &written)) {
+    // A partial line (the disk filled up mid-line) is cut off again, so the file stays whole lines.
+    if (written > 0) {
+      const off_t end = ::lseek(fd_, 0, SEEK_END);
+      if (end >= static_cast<off_t>(written)) (void)::ftruncate(fd_, end - static_cast<off_t>(written));
+    }
+    MT_FAIL(who_, ": cannot append to '", path_, "': ", std::strerror(err));
+  }
+}
+
+}  // namespace mixtrain::io

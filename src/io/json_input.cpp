@@ -1,0 +1,55 @@
+// Bounded JSON parsing of file contents (see json_input.h).
+#include "io/json_input.h"
+
+#include <set>
+#include <vector>
+
+#include "mixtrain/error.h"
+
+namespace mixtrain::io {
+
+using json = nlohmann::json;
+
+json parse_untrusted_json(std::string_view text, int max_depth, const JsonFail& fail) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  auto guard = [&](int depth, json::parse_event_t event, json& value) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        // depth counts the containers already open around this one.
+        if (depth >= max_depth)
+          fail(0, detail::concat("JSON nests deeper than ", max_depth, max_depth == 1 ? " level" : " levels"));
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end: keys.pop_back(); break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(value.get<std::string>()).second)
+          fail(0, "duplicate key " + detail::quote_untrusted(value.get<std::string>()) + " in a JSON object");
+        break;
+      default: break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), guard);
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based; strip nlohmann's "[json.exception.parse_error.101] " prefix.
+    std::string msg = e.what();
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    fail(e.byte > 0 ? e.byte - 1 : 0, "invalid JSON: " + msg);
+  }
+  return {};  // not reached: fail throws
+}
+
+std::string describe_json(const json& v) {
+  switch (v.type()) {
+    case json::value_t::string: return detail::quote_untrusted(v.get_ref<const std::string&>());
+    case json::value_t::array: return detail::concat("an array of ", v.size(), v.size() == 1 ? " value" : " values");
+    case json::value_t::object:
+      return detail::concat("an object of ", v.size(), v.size() == 1 ? " entry" : " entries");
+    case json::value_t::discarded: return "nothing";
+    default: return v.dump();  // null, boolean, numbers: short
+  }
+}
+
+}  // namespace mixtrain::io
