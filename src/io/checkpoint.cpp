@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_input.h"
 #include "mixtrain/io/safetensors.h"
 
 namespace mixtrain::io {
@@ -18,10 +19,11 @@ const std::string& Checkpoint::meta(const std::string& key) const {
 int64_t Checkpoint::meta_int(const std::string& key) const {
   const std::string& s = meta(key);
   json v = json::parse(s, nullptr, /*allow_exceptions=*/false);
-  MT_CHECK(v.is_number_integer(), "checkpoint: metadata '", key, "' = '", s, "' is not an integer");
+  MT_CHECK(v.is_number_integer(), "checkpoint: metadata '", key, "' = ", detail::quote_untrusted(s),
+           " is not an integer");
   if (v.is_number_unsigned())
-    MT_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "checkpoint: metadata '", key, "' = ", s,
-             " does not fit in int64");
+    MT_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "checkpoint: metadata '", key, "' = ",
+             detail::quote_untrusted(s), " does not fit in int64");
   return v.get<int64_t>();
 }
 
@@ -58,10 +60,12 @@ std::string rng_state(const Generator& gen) {
 }
 
 void set_rng_state(const std::string& state, Generator& gen) {
-  json j = json::parse(state, nullptr, /*allow_exceptions=*/false);
+  const json j = parse_untrusted_json(state, 1, [&](uint64_t, const std::string& what) {
+    MT_FAIL("set_rng_state: ", what, " in ", detail::quote_untrusted(state));
+  });
   MT_CHECK(j.is_object() && j.size() == 2 && j.contains("seed") && j.contains("offset") &&
                j["seed"].is_number_unsigned() && j["offset"].is_number_unsigned(),
-           "set_rng_state: expected {\"seed\":<uint64>,\"offset\":<uint64>}, got '", state, "'");
+           "set_rng_state: expected {\"seed\":<uint64>,\"offset\":<uint64>}, got ", detail::quote_untrusted(state));
   gen.set_state({j["seed"].get<uint64_t>(), j["offset"].get<uint64_t>()});
 }
 
