@@ -18,6 +18,7 @@
 
 namespace mt = mixtrain;
 using mt::amp::GradScaler;
+using mt::amp::GradScalerStateDict;
 using mt::testing::expect_error;
 using ::testing::HasSubstr;
 
@@ -177,6 +178,29 @@ TEST(GradScalerKernels, UnscaleWidens16BitForTheCheckAndLargeListsAreDeterminist
 
 // ---------------------------------------------------------------------------------------------
 // State dict.
+
+TEST(GradScaler, LoadStateDictRefusesValuesThatWouldCorruptTraining) {
+  GradScaler s;
+  const GradScalerStateDict good = s.state_dict();
+  auto with = [&](const char* key, double v) {
+    GradScalerStateDict d = good;
+    d[key] = v;
+    return d;
+  };
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (double v : {0.0, -1.0, inf, nan, 1e39})
+    EXPECT_MT_ERROR(s.load_state_dict(with("scale", v)), "scale must be a finite fp32 value > 0");
+  for (double v : {1.0, 0.5, inf, nan}) EXPECT_MT_ERROR(s.load_state_dict(with("growth_factor", v)), "growth_factor");
+  for (double v : {0.0, 1.0, 2.0, nan}) EXPECT_MT_ERROR(s.load_state_dict(with("backoff_factor", v)), "backoff_factor");
+  // 1e300 used to be cast to int64: undefined behaviour.
+  for (double v : {0.0, 2.5, 1e300, -3.0, nan})
+    EXPECT_MT_ERROR(s.load_state_dict(with("growth_interval", v)), "growth_interval must be an integer");
+  for (double v : {-1.0, 0.5, 1e12}) EXPECT_MT_ERROR(s.load_state_dict(with("_growth_tracker", v)), "_growth_tracker");
+  // Nothing changed on the refusals; a valid dict still loads.
+  EXPECT_EQ(s.get_scale(), 65536.0);
+  s.load_state_dict(with("scale", 1024.0));
+  EXPECT_EQ(s.get_scale(), 1024.0);
+}
 
 TEST(GradScaler, StateDictRestore_3_4_half_2_0) {
   // PyTorch test_grad_scaling_state_dict, with and without lazy init of s1.

@@ -381,4 +381,13 @@ TEST(Tensor, ErrorsNameTheOp) {
   EXPECT_MT_ERROR(mt::Tensor().shape(), "undefined");
 }
 
+TEST(Tensor, ShapesWhoseStridesOrBytesOverflowAreRefused) {
+  // No element, but the strides of [2^62, 2^62, 0] would overflow int64; so would the bytes of 2^61
+  // doubles. Both used to be undefined behaviour; now they are errors before any allocation.
+  constexpr int64_t k62 = int64_t{1} << 62;
+  EXPECT_MT_ERROR(mt::empty({k62, k62, 0}), "empty", "more elements than a 64-bit index can address");
+  EXPECT_MT_ERROR(mt::empty({int64_t{1} << 61}, {.dtype = mt::kFloat64}), "empty", "more bytes");
+  EXPECT_EQ(mt::empty({k62, 0}).numel(), 0);  // addressable: fine
+}
+
 }  // namespace

@@ -2,6 +2,8 @@
 // dataset's windows and splits, and the synthetic dataset's determinism.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 
@@ -216,6 +218,45 @@ TEST(TextDataset, ReadsFileBytesIncludingUtf8) {
   msg = error_message([&] { mt::data::TextDataset(dir.file("t.txt"), 4, {.max_bytes = 10}); });
   EXPECT_NE(msg.find("above the limit of 10"), std::string::npos) << msg;
   EXPECT_THROW(mt::data::TextDataset::decode(mt::from_vector<int64_t>({65, 256})), mt::Error);
+}
+
+TEST(TextDataset, AFifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  EXPECT_MT_ERROR(mt::data::TextDataset(dir.file("fifo"), 4), "TextDataset", "not a regular file (a FIFO)");
+}
+
+TEST(DatasetFingerprint, TellsContentsApartAndIsStable) {
+  TempDir dir;
+  write_bytes(dir.file("a.txt"), "abcdefghijklmnop");
+  write_bytes(dir.file("b.txt"), "abcdefghijklmnoq");  // one byte differs
+  const mt::data::TextDataset a(dir.file("a.txt"), 4), a2(dir.file("a.txt"), 4), b(dir.file("b.txt"), 4);
+  EXPECT_EQ(a.fingerprint(), a2.fingerprint());
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  EXPECT_NE(a.fingerprint(), mt::data::TextDataset(dir.file("a.txt"), 5).fingerprint());  // other windows
+
+  const mt::data::SyntheticDataset s1(64, {2, 3}, 4, 1), s2(64, {2, 3}, 4, 2), s3(64, {3, 2}, 4, 1);
+  EXPECT_EQ(s1.fingerprint(), mt::data::SyntheticDataset(64, {2, 3}, 4, 1).fingerprint());
+  EXPECT_NE(s1.fingerprint(), s2.fingerprint());
+  EXPECT_NE(s1.fingerprint(), s3.fingerprint());
+
+  // The generic fingerprint (every example through get_batch) sees a one-value difference too.
+  struct Listed : mt::data::Dataset {
+    std::vector<float> v;
+    int64_t size() const override { return static_cast<int64_t>(v.size()); }
+    mt::data::Batch get_batch(std::span<const int64_t> idx) const override {
+      std::vector<float> x;
+      for (int64_t i : idx) x.push_back(v[static_cast<size_t>(i)]);
+      const int64_t n = static_cast<int64_t>(idx.size());
+      return {mt::from_vector(x, {n}), mt::zeros({n}, {.dtype = mt::kInt64})};
+    }
+  };
+  Listed l1, l2;
+  l1.v = std::vector<float>(600, 1.0f);
+  l2.v = l1.v;
+  EXPECT_EQ(l1.fingerprint(), l2.fingerprint());
+  l2.v[555] = 2.0f;
+  EXPECT_NE(l1.fingerprint(), l2.fingerprint());
 }
 
 TEST(DatasetSynthetic, DeterministicPerExampleWhateverTheBatch) {

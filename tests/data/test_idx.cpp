@@ -1,11 +1,13 @@
 // IDX reader: every element type, plain and gzip, and every kind of corrupt file (each error must
 // name the file and the byte offset).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
 
 #include "data/file_helpers.h"
+#include "support/expect_error.h"
 #include "mixtrain/data/dataset.h"
 #include "mixtrain/data/idx.h"
 #include "mixtrain/mixtrain.h"
@@ -165,6 +167,33 @@ TEST(IdxReader, CorruptOrCutGzipStream) {
   bad_data[gz.size() / 2 + 1] ^= 0xff;
   write_bytes(dir.file("data.gz"), bad_data);
   EXPECT_THROW(mt::data::read_idx(dir.file("data.gz")), mt::Error);
+}
+
+TEST(IdxReader, GzipMembersAndTrailingGarbage) {
+  TempDir dir;
+  const std::string whole = idx_header(0x08, {6}) + "abcdef";
+  write_gzip(dir.file("one.gz"), whole);
+  const std::string gz = mt::testing::read_bytes(dir.file("one.gz"));
+  // Garbage after the gzip member used to be ignored by zlib's gzread.
+  write_bytes(dir.file("garbage.gz"), gz + "not gzip");
+  const std::string msg = mt::testing::error_message([&] { mt::data::read_idx(dir.file("garbage.gz")); });
+  EXPECT_NE(msg.find("trailing bytes after the gzip stream"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("compressed byte offset " + std::to_string(gz.size())), std::string::npos) << msg;
+  // Two members (`cat a.gz b.gz`) are one valid stream.
+  write_gzip(dir.file("head.gz"), whole.substr(0, 10));
+  write_gzip(dir.file("tail.gz"), whole.substr(10));
+  write_bytes(dir.file("two.gz"), mt::testing::read_bytes(dir.file("head.gz")) + mt::testing::read_bytes(dir.file("tail.gz")));
+  EXPECT_EQ(mt::data::read_idx(dir.file("two.gz")).to_vector<uint8_t>(), (std::vector<uint8_t>{'a', 'b', 'c', 'd', 'e', 'f'}));
+  // A cut stream names the compressed offset where it ends, not byte 0.
+  write_bytes(dir.file("cut.gz"), gz.substr(0, gz.size() - 4));
+  const std::string cut = mt::testing::error_message([&] { mt::data::read_idx(dir.file("cut.gz")); });
+  EXPECT_NE(cut.find("compressed byte offset " + std::to_string(gz.size() - 4)), std::string::npos) << cut;
+}
+
+TEST(IdxReader, AFifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  EXPECT_MT_ERROR(mt::data::read_idx(dir.file("fifo")), "read_idx", "not a regular file (a FIFO)");
 }
 
 TEST(IdxReader, MissingFileNamesIt) {
