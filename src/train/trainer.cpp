@@ -189,6 +189,7 @@ Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data:
   MT_CHECK(options_.epochs >= 1, "Trainer: epochs must be >= 1, got ", options_.epochs);
   MT_CHECK(options_.max_steps >= 0, "Trainer: max_steps must be >= 0, got ", options_.max_steps);
   MT_CHECK(options_.checkpoint_every >= 0, "Trainer: checkpoint_every must be >= 0, got ", options_.checkpoint_every);
+  MT_CHECK(options_.keep_checkpoints >= 0, "Trainer: keep_checkpoints must be >= 0, got ", options_.keep_checkpoints);
   MT_CHECK(options_.log_every >= 1, "Trainer: log_every must be >= 1, got ", options_.log_every);
   MT_CHECK(std::isfinite(options_.scaler_floor) && options_.scaler_floor >= 0,
            "Trainer: scaler_floor must be a finite value >= 0, got ", options_.scaler_floor);
@@ -429,6 +430,18 @@ void Trainer::prepare_out_dir() {
   out_dir_ready_ = true;
 }
 
+void Trainer::remove_old_checkpoints() const {
+  std::vector<int64_t> steps;
+  for (const fs::directory_entry& e : fs::directory_iterator(options_.out_dir)) {
+    const int64_t k = periodic_checkpoint_step(e.path().filename().string());
+    if (k >= 0) steps.push_back(k);
+  }
+  std::sort(steps.begin(), steps.end());
+  const auto keep = static_cast<size_t>(options_.keep_checkpoints);
+  for (size_t i = 0; i + keep < steps.size(); ++i)
+    fs::remove(fs::path(options_.out_dir) / ("checkpoint-" + std::to_string(steps[i]) + ".safetensors"));
+}
+
 TrainSummary Trainer::fit() {
   if (!options_.resume_from.empty() && resumed_from_ != options_.resume_from) load_checkpoint(options_.resume_from);
   if (fresh_ && step_ == 0) default_generator().manual_seed(options_.seed);
@@ -490,6 +503,7 @@ TrainSummary Trainer::fit() {
         run.note_peak();
         save_checkpoint(
             (fs::path(options_.out_dir) / ("checkpoint-" + std::to_string(step_) + ".safetensors")).string());
+        if (options_.keep_checkpoints > 0) remove_old_checkpoints();  // after the new one is on disk
         memory::reset_peak();
       }
       if (step_ >= run.total) break;

@@ -384,6 +384,18 @@ TEST(OutDir, AFullDiskDuringTheRunIsAnErrorAndKeepsTheLastCheckpoint) {
   for (const std::string& name : dir.entries()) EXPECT_FALSE(mt::io::is_temp_file_name(name)) << name;
 }
 
+TEST(OutDir, KeepCheckpointsKeepsTheNewest) {
+  TempDir dir;
+  RunSetup r = base_run(dir.path(), 7);
+  r.o.checkpoint_every = 1;
+  r.o.keep_checkpoints = 2;
+  fit(r);
+  std::vector<std::string> periodic;
+  for (const std::string& name : dir.entries())
+    if (name.rfind("checkpoint-", 0) == 0) periodic.push_back(name);
+  EXPECT_EQ(periodic, (std::vector<std::string>{"checkpoint-6.safetensors", "checkpoint-7.safetensors"}));
+}
+
 TEST(FindLatestCheckpoint, PicksTheHighestStep) {
   TempDir dir;
   EXPECT_EQ(tr::find_latest_checkpoint(dir.path()), "");

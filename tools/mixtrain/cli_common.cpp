@@ -148,6 +148,10 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "Write DIR/checkpoint-<step>.safetensors every N steps (0: only the final checkpoint)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
         ->capture_default_str();
+    app.add_option("--keep-checkpoints", a.keep_checkpoints,
+                   "Keep only the newest N DIR/checkpoint-<step>.safetensors files (0: keep all)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+        ->capture_default_str();
     app.add_option("--log-every", a.log_every, "Write every N-th step to metrics.jsonl")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
         ->capture_default_str();
@@ -266,6 +270,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.seed = a.seed;
   o.out_dir = a.out;
   o.checkpoint_every = a.checkpoint_every;
+  o.keep_checkpoints = a.keep_checkpoints;
   o.resume_from = a.resume;
   o.resume_overrides = a.resume_overrides;
   o.on_nonfinite = train::parse_nonfinite_policy(a.on_nonfinite);

@@ -51,6 +51,7 @@ struct RunArgs {
   int threads = 0;  // 0: every core
   std::string out;
   int64_t checkpoint_every = 0;
+  int64_t keep_checkpoints = 0;
   std::string resume;  // a checkpoint, or "auto": the newest in --out, else a fresh start
   std::vector<std::string> resume_overrides;
   std::string on_nonfinite = "stop";

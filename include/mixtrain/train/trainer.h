@@ -157,6 +157,7 @@ struct TrainerOptions {
 
   std::string out_dir;           // "" writes no files
   int64_t checkpoint_every = 0;  // > 0: checkpoint-<step>.safetensors every this many steps
+  int64_t keep_checkpoints = 0;  // > 0: keep only the newest this many checkpoint-<step> files
   std::string resume_from;       // a checkpoint to continue from (fit() loads it)
   int64_t log_every = 1;         // metrics.jsonl gets every log_every-th step (and the last one)
 
@@ -299,6 +300,8 @@ class Trainer {
   TrainSummary make_summary(const RunState& run) const;
   // Refuses out_dir when it holds another run's files (see "Output directory").
   void prepare_out_dir();
+  // Removes all but the newest keep_checkpoints checkpoint-<step> files.
+  void remove_old_checkpoints() const;
   // The flat index of the first parameter holding inf or NaN, or -1.
   int64_t first_nonfinite_parameter() const;
   // Throws NonFiniteError when a parameter is not finite (`what`: the file about to be written).
