@@ -14,10 +14,12 @@ mt_die() {
   exit 1
 }
 
-# Installs the packages of scripts/packages.txt that dpkg does not report as installed. apt-get
-# update runs at most once, and only when something is missing. Works as root (CI) or through sudo.
+# Installs the packages of scripts/packages.txt (or of the list file given) that dpkg does not report
+# as installed. apt-get update runs at most once, and only when something is missing. Works as root
+# (CI) or through sudo.
 mt_install_packages() {
-  mt_heading "Checking Debian packages"
+  local list="${1:-$MT_ROOT/scripts/packages.txt}"
+  mt_heading "Checking Debian packages ($(basename "$list"))"
   if ! command -v dpkg >/dev/null 2>&1; then
     echo "dpkg not found: not a Debian system; assuming the packages in scripts/packages.txt are installed"
     return 0
@@ -28,7 +30,7 @@ mt_install_packages() {
     # "install ok installed": a removed package whose config files remain is also known to dpkg -s.
     dpkg -s "$name" 2>/dev/null | grep -q '^Status: install ok installed' && continue
     if [[ "$flag" == optional ]]; then optional+=("$name"); else required+=("$name"); fi
-  done <"$MT_ROOT/scripts/packages.txt"
+  done <"$list"
   if ((${#required[@]} + ${#optional[@]} == 0)); then
     echo "all packages present"
     return 0
@@ -59,13 +61,14 @@ mt_install_packages() {
 # Configures a Release build in $MT_BUILD_DIR (Ninja, ccache when present) and builds the given
 # targets (everything when none are given).
 mt_build() {
-  mt_heading "Configuring (Release, Ninja) in ${MT_BUILD_DIR#"$MT_ROOT"/}"
+  mt_heading "Configuring (${MT_BUILD_TYPE:-Release}, Ninja) in ${MT_BUILD_DIR#"$MT_ROOT"/}"
   local cache="$MT_BUILD_DIR/CMakeCache.txt"
   if [[ -f "$cache" ]] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$cache"; then
     echo "build directory was made with another generator; starting it afresh"
     rm -rf "$MT_BUILD_DIR/CMakeCache.txt" "$MT_BUILD_DIR/CMakeFiles"
   fi
-  local args=(-S "$MT_ROOT" -B "$MT_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${MT_CMAKE_OPTIONS[@]}")
+  local args=(-S "$MT_ROOT" -B "$MT_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${MT_BUILD_TYPE:-Release}"
+    "${MT_CMAKE_OPTIONS[@]}")
   if command -v ccache >/dev/null 2>&1; then args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
   cmake "${args[@]}"
 

@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 MT_CMAKE_OPTIONS=(-DMIXTRAIN_BUILD_CLI=ON -DMIXTRAIN_BUILD_EXAMPLES=ON)
-mt_install_packages
+mt_install_packages "$MT_ROOT/scripts/packages.txt"
 cd "$MT_ROOT"
 mt_build mixtrain_cli
 mt_heading "Training a CNN on Fashion-MNIST in fp32, bf16 and fp16 (mixtrain compare)"

@@ -4,14 +4,36 @@
 # this CPU can run is tested. The avx2 cap (the level of most laptops and CI runners) always runs,
 # also where it is the CPU's own level. MT_TEST_CAPS="a b" runs only those caps after the native run.
 # Installs missing Debian packages first (as root, or through sudo). Exits non-zero on any failure.
+#
+#   scripts/test.sh              # Release build in build/, the suite at every ISA cap
+#   scripts/test.sh --sanitize   # AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/,
+#                                # the suite once at the native level (every report fails its test)
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+sanitize=0
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    *) mt_die "unknown argument '$arg' (scripts/test.sh [--sanitize])" ;;
+  esac
+done
+
 # Every part, whatever an existing build/ has cached.
 MT_CMAKE_OPTIONS=(-DMIXTRAIN_BUILD_TESTS=ON -DMIXTRAIN_BUILD_EXAMPLES=ON -DMIXTRAIN_BUILD_BENCH=ON
   -DMIXTRAIN_BUILD_CLI=ON)
-mt_install_packages
+if ((sanitize)); then
+  MT_BUILD_DIR="${MT_ASAN_BUILD_DIR:-$MT_ROOT/build-asan}"
+  # -O1: the instrumented build compiles and runs several times faster than at -O2 with full debug
+  # information; -g1 keeps line numbers in the reports.
+  MT_BUILD_TYPE=RelWithDebInfo
+  MT_CMAKE_OPTIONS+=("-DMIXTRAIN_SANITIZE=address,undefined" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1")
+  MT_TEST_CAPS="${MT_TEST_CAPS-}"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+fi
+mt_install_packages "$MT_ROOT/scripts/packages.txt"
 # shellcheck disable=SC2119 # no targets: build everything
 mt_build
 lower="$(mt_isa_caps_below_native)"

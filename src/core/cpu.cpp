@@ -66,7 +66,7 @@ Features detect() {
 }
 
 std::string detect_name() {
-  if (__get_cpuid_max(0x80000000u, nullptr) < 0x80000004u) return {};
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr)) < 0x80000004u) return {};
   char brand[49] = {};
   for (unsigned leaf = 0; leaf < 3; ++leaf) {
     unsigned r[4] = {};
