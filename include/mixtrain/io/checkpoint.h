@@ -10,7 +10,7 @@
 // save_checkpoint, checked by load_checkpoint and not returned: it tells a training checkpoint from
 // a weights-only file.
 //
-// Saving is atomic (temporary file, fsync, rename): a crash or error while saving leaves the
+// Saving is atomic (io/file.h: temporary file, fsync, rename): a crash or error while saving leaves the
 // previous checkpoint at `path` intact.
 #pragma once
 

@@ -10,15 +10,17 @@
 // Writing follows the reference implementation (huggingface/safetensors): tensors ordered by
 // descending dtype alignment (I64, F64, F32, I32, BF16, F16, U8, BOOL), then by name, which keeps
 // every tensor aligned to its element size; "__metadata__" first, its keys sorted. The reference's
-// own serialization test vectors are reproduced byte for byte. The write is atomic: the file goes
-// to "<path>.tmp.<pid>", is flushed and fsync'ed, then renamed over `path`; on any failure the temp
-// file is removed and an existing `path` is left untouched.
+// own serialization test vectors are reproduced byte for byte. The write is atomic (io/file.h): a
+// temporary file beside `path`, fsync'ed, then renamed over it; on any failure the temporary file is
+// removed and an existing `path` is left untouched.
 //
 // Reading treats the file as hostile: the header length is limited (100 MB, as the reference),
-// the JSON must parse, every entry must have a known dtype, at most 8 dims, a shape whose byte
-// size matches its offsets, and the offsets must tile the data section exactly (no gaps, no
-// overlap, no trailing bytes); BOOL bytes must be 0 or 1. Every error is an mt::Error naming the
-// file and the byte offset.
+// the JSON must parse with no key twice in any object and no deeper nesting than the format's,
+// every entry must have a known dtype, at most 8 dims, a shape whose element count and strides fit
+// in int64 and whose byte size matches its offsets, and the offsets must tile the data section
+// exactly (no gaps, no overlap, no trailing bytes); BOOL bytes must be 0 or 1. Only regular files
+// are opened. Every error is an mt::Error naming the file and the byte offset; names from the file
+// are quoted and escaped.
 #pragma once
 
 #include <concepts>
