@@ -29,7 +29,7 @@ mt_build "${harnesses[@]/#/fuzz_}"
 cd "$MT_ROOT"
 mkdir -p runs/fuzz
 export OMP_NUM_THREADS=1
-# Leaks are findings too, except those of the OpenMP and oneDNN runtimes' process-wide pools.
+# Leaks and undefined behaviour are findings too.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 for h in "${harnesses[@]}"; do
