@@ -38,8 +38,12 @@ std::string random_suffix() {
 // "<dir>/.<name>.mixtrain-tmp.<pid>.<random>"
 std::string temp_name_for(const std::string& path) {
   const fs::path p(path);
-  const std::string name = "." + p.filename().string() + std::string(kTempTag) + std::to_string(::getpid()) + "." +
-                           random_suffix();
+  std::string name(1, '.');  // appended piece by piece: GCC 12 warns (-Wrestrict) on "." + string&&
+  name += p.filename().string();
+  name += kTempTag;
+  name += std::to_string(::getpid());
+  name += '.';
+  name += random_suffix();
   return (p.parent_path() / name).string();
 }
 

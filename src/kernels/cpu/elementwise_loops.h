@@ -87,8 +87,12 @@ inline void store_run(T* dst, int64_t stride, int64_t n, const C* buf) {
 MT_EW_DEFINE_APPLY(apply_generic, )
 #if defined(__x86_64__) && defined(__GNUC__)
 MT_EW_DEFINE_APPLY(apply_avx2, __attribute__((target("avx2,fma"))))
+#if defined(__clang__)  // Clang ignores a target attribute that names a vector-width preference
+MT_EW_DEFINE_APPLY(apply_avx512, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))))
+#else
 MT_EW_DEFINE_APPLY(apply_avx512,
                    __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma,prefer-vector-width=512"))))
+#endif
 #define MT_EW_HAVE_X86_VARIANTS 1
 #else
 #define MT_EW_HAVE_X86_VARIANTS 0
