@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -54,6 +55,9 @@ struct AutogradMeta {
   uint32_t output_nr = 0;                   // which output of grad_fn this tensor is
   std::shared_ptr<struct TensorImpl> grad;  // accumulated gradient of a leaf (same dtype as the leaf)
   std::weak_ptr<autograd::Node> grad_accumulator;  // the AccumulateGrad node of a leaf, shared by all uses
+  // Tensor::register_post_accumulate_grad_hook's hooks, by id (ids are never reused).
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_hooks;
+  uint64_t next_hook_id = 0;
 };
 
 struct TensorImpl {
@@ -143,6 +147,13 @@ class Tensor {
   uint32_t output_nr() const { return impl().autograd ? impl().autograd->output_nr : 0; }
   Tensor grad() const;  // undefined until a backward pass reaches this leaf
   void set_grad(const Tensor& g);
+  // PyTorch's register_post_accumulate_grad_hook: `hook(leaf)` runs each time backward has finished
+  // accumulating this leaf's gradient (once per backward pass that reaches it; not for autograd::grad,
+  // which accumulates nothing), in registration order, on the thread running backward. It is where
+  // data-parallel training starts reducing a gradient while the rest of backward still runs. Only
+  // for leaves that require grad (else mt::Error). Returns an id for the removal.
+  uint64_t register_post_accumulate_grad_hook(std::function<void(const Tensor& leaf)> hook);
+  void remove_post_accumulate_grad_hook(uint64_t id);
   // Backpropagates from this tensor. Without `gradient` the tensor must hold one element.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   // A tensor sharing storage with this one, cut from the graph (requires_grad false).

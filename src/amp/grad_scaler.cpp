@@ -95,6 +95,7 @@ void GradScaler::unscale_grads(optim::Optimizer& optimizer, OptimizerState& stat
   Tensor found_inf = scalar_tensor(0.0, {.dtype = kFloat32, .device = scale_.device()});
   Tensor inv_t = scalar_tensor(static_cast<double>(inv), {.dtype = kFloat32, .device = scale_.device()});
   const int64_t first = detail::non_finite_check_and_unscale_(grads, found_inf, inv_t);
+  if (options_.reduce_found_inf) options_.reduce_found_inf(found_inf);
   state.found_inf = found_inf;
   state.first_nonfinite = first >= 0 ? static_cast<int64_t>(index[first]) : -1;
 }

@@ -67,6 +67,11 @@ class AccumulateGrad : public Node {
     } else {
       existing.add_(g);
     }
+    // Copied first: a hook may register or remove hooks.
+    if (const AutogradMeta* m = leaf.impl().autograd.get(); m != nullptr && !m->post_accumulate_hooks.empty()) {
+      const auto hooks = m->post_accumulate_hooks;
+      for (const auto& [id, hook] : hooks) hook(leaf);
+    }
     return {};
   }
   std::string name() const override { return "AccumulateGrad"; }

@@ -142,6 +142,22 @@ void Tensor::set_grad(const Tensor& g) {
   impl().autograd_meta().grad = g.impl_ptr();
 }
 
+uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor& leaf)> hook) {
+  MT_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: ", describe(*this),
+           " is not a leaf that requires grad (post-accumulate-grad hooks run when a leaf's .grad is accumulated)");
+  MT_CHECK(hook != nullptr, "register_post_accumulate_grad_hook: the hook is empty");
+  AutogradMeta& m = impl().autograd_meta();
+  const uint64_t id = m.next_hook_id++;
+  m.post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
+  if (!impl().autograd) return;
+  auto& hooks = impl().autograd->post_accumulate_hooks;
+  std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
+}
+
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   MT_CHECK(requires_grad(), "backward: tensor ", describe(*this),
            " does not require grad and has no grad_fn (did the forward run under NoGradGuard, or do no inputs "

@@ -319,6 +319,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
   bool stepped = true;
   if (scaler_.is_enabled()) {
     scaler_.scale(loss).backward();
+    if (options_.after_backward) options_.after_backward();
     if (options_.clip_grad_norm) {
       scaler_.unscale_(*optimizer_);  // clip the real gradients, not the scaled ones
       optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
@@ -333,6 +334,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     scaler_.update();
   } else {
     loss.backward();
+    if (options_.after_backward) options_.after_backward();
     stepped = nonfinite_gate(info.loss);
     if (stepped) {
       if (options_.clip_grad_norm) optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);

@@ -68,6 +68,11 @@ struct GradScalerOptions {
   std::optional<double> max_scale;
   bool allow_fp16_unscale = false;  // let unscale_() unscale fp16 gradients in place
   CollapseDiagnostic collapse = {};
+  // The reduction point of data parallelism: called with an optimizer's 0-dim fp32 found_inf right
+  // after the local inf/NaN check and before step() decides to skip. A process group makes it the
+  // maximum over every process (in place), so that an inf on one process skips the step everywhere
+  // and every process keeps the same scale.
+  std::function<void(const Tensor& found_inf)> reduce_found_inf;
 };
 
 // PyTorch's five keys: "scale", "growth_factor", "backoff_factor", "growth_interval",

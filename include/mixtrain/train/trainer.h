@@ -190,6 +190,9 @@ struct TrainerOptions {
   std::string augment_name = "none";  // names train_transform in summary.json ("flip", ...)
   int64_t flops_per_sample = 0;       // training FLOPs per sample; > 0 adds gflops to the summary
 
+  // Runs after each step's backward pass, before the gradients are unscaled, clipped, checked or
+  // applied: where data parallelism waits for its gradient reductions.
+  std::function<void()> after_backward;
   std::function<void(const StepInfo&)> on_step;
   std::function<void(const EpochInfo&)> on_epoch;
 };
