@@ -78,7 +78,7 @@ inline Result run(Mode mode, int steps = 300, uint64_t seed = 0) {
     opt.zero_grad();
     mt::Tensor loss;
     {
-      mt::amp::Autocast ac(mt::kCPU, dtype, autocast);
+      mt::amp::Autocast ac(x.device().type, dtype, autocast);
       loss = mt::mul(forward(), kLossFactor);
     }
     scaler.scale(loss).backward();

@@ -1,5 +1,9 @@
-// mixtrain/device.h: where a tensor lives. CPU today; CUDA slots in as another DeviceType, and
-// nothing outside src/kernels may assume a device is the CPU.
+// mixtrain/device.h: where a tensor lives.
+//
+// Every device type has a backend (src/core/backend.h: memory and transfers; src/kernels/<backend>/:
+// the kernels). The CPU's is built in; CUDA's registers itself when it is built; kPrivateUse1 is the
+// slot of a backend defined outside the library (the test suite's "checked" host device uses it, as
+// PyTorch's PrivateUse1). Nothing above src/kernels may assume that a tensor's memory is host memory.
 #pragma once
 
 #include <cstdint>
@@ -7,8 +11,8 @@
 
 namespace mixtrain {
 
-enum class DeviceType : uint8_t { kCPU, kCUDA };
-inline constexpr int kNumDeviceTypes = 2;
+enum class DeviceType : uint8_t { kCPU, kCUDA, kPrivateUse1 };
+inline constexpr int kNumDeviceTypes = 3;
 
 struct Device {
   DeviceType type = DeviceType::kCPU;
@@ -22,6 +26,16 @@ struct Device {
 
 inline constexpr DeviceType kCPU = DeviceType::kCPU;
 inline constexpr DeviceType kCUDA = DeviceType::kCUDA;
+inline constexpr DeviceType kPrivateUse1 = DeviceType::kPrivateUse1;
+
+// The device of tensors created by the factories (factory.h) when their options name none: the CPU
+// unless set (PyTorch's torch.set_default_device). Process-wide. Ops always put their results on
+// their inputs' device, whatever the default.
+Device default_device();
+void set_default_device(Device device);
+
+// "cpu", "cuda", or the registered name of the kPrivateUse1 backend ("privateuse1" when none is).
+const char* device_type_name(DeviceType t);
 
 std::ostream& operator<<(std::ostream& os, DeviceType t);
 std::ostream& operator<<(std::ostream& os, Device d);

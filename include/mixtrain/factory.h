@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "mixtrain/random.h"
@@ -11,7 +12,7 @@ namespace mixtrain {
 
 struct TensorOptions {
   DType dtype = kFloat32;
-  Device device = Device{};
+  std::optional<Device> device;  // default_device() (device.h) when unset
   bool requires_grad = false;
 };
 

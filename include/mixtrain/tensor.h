@@ -114,6 +114,9 @@ class Tensor {
   // Conversions. to() returns *this when the dtype already matches (like PyTorch); it is recorded
   // by autograd, so gradients flow back converted to the source dtype.
   Tensor to(DType dtype) const;
+  // A copy on `device` (*this when already there), through the backends' host transfers; recorded
+  // by autograd, so gradients flow back to the source device. Values are copied bit for bit.
+  Tensor to(Device device) const;
   Tensor contiguous() const;
   Tensor clone() const;
 
@@ -163,7 +166,7 @@ class Tensor {
   // mode is on, like PyTorch.
   Tensor& zero_();
   Tensor& fill_(double value);
-  Tensor& copy_(const Tensor& src);  // broadcasts src to this shape and converts its dtype
+  Tensor& copy_(const Tensor& src);  // broadcasts src to this shape, converts its dtype, moves it from its device
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& mul_(double value);
   uint64_t version() const { return impl().storage->version(); }

@@ -1,10 +1,7 @@
-// The grad scaler's kernels on the CPU (see amp_kernels.h). The unscale loop itself is the
-// multi-tensor scale-and-check kernel shared with gradient clipping (kernels/cpu/optim_kernels.cpp).
+// The grad scaler's kernels: argument checks here, the work in the device's kernels (kernels/optim.h).
 #include "amp/amp_kernels.h"
 
-#include <cmath>
-
-#include "kernels/cpu/optim_kernels.h"
+#include "kernels/optim.h"
 
 namespace mixtrain::amp::detail {
 namespace {
@@ -24,14 +21,11 @@ int64_t non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Te
   for (const Tensor& g : grads)
     MT_CHECK(g.device() == found_inf.device(), "unscale_: gradient ", describe(g), " is on ", g.device(),
              " but the scale is on ", found_inf.device(), "; all gradients must be on the scale's device");
-  const float inv = inv_scale.item<float>();
-  int64_t first_bad = kernels::multi_tensor_scale_and_check(grads, inv);
-  if (inv != 1.0f)
-    for (const Tensor& g : grads) g.bump_version();
-  if (first_bad >= 0) {
-    *found_inf.data_ptr<float>() = 1.0f;
-    found_inf.bump_version();
-  }
+  MT_CHECK(inv_scale.device() == found_inf.device(), "unscale_: inv_scale is on ", inv_scale.device(),
+           " but found_inf is on ", found_inf.device());
+  const int64_t first_bad = kernels::amp_unscale_table(found_inf.device(), kFloat32)(grads, found_inf, inv_scale);
+  for (const Tensor& g : grads) g.bump_version();
+  if (first_bad >= 0) found_inf.bump_version();
   return first_bad;
 }
 
@@ -40,21 +34,11 @@ void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tens
   check_scalar(scale, kFloat32, "scale");
   check_scalar(growth_tracker, kInt32, "growth_tracker");
   check_scalar(found_inf, kFloat32, "found_inf");
-  float* s = scale.data_ptr<float>();
-  int32_t* tracker = growth_tracker.data_ptr<int32_t>();
-  if (*found_inf.data_ptr<float>() != 0.0f) {
-    *s = static_cast<float>(static_cast<double>(*s) * backoff_factor);
-    *tracker = 0;
-  } else {
-    const int64_t successful = static_cast<int64_t>(*tracker) + 1;
-    if (successful == growth_interval) {
-      const float grown = static_cast<float>(static_cast<double>(*s) * growth_factor);
-      if (std::isfinite(grown)) *s = grown;  // never grow to inf (1e38 * 16 keeps 1e38)
-      *tracker = 0;
-    } else {
-      *tracker = static_cast<int32_t>(successful);
-    }
-  }
+  MT_CHECK(growth_tracker.device() == scale.device() && found_inf.device() == scale.device(),
+           "update_scale_: scale, growth_tracker and found_inf must share a device, got ", scale.device(), ", ",
+           growth_tracker.device(), ", ", found_inf.device());
+  kernels::amp_update_scale_table(scale.device(), kFloat32)(scale, growth_tracker, found_inf, growth_factor,
+                                                            backoff_factor, growth_interval);
   scale.bump_version();
   growth_tracker.bump_version();
 }

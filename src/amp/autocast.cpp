@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "amp/autocast_state.h"
+#include "core/backend.h"
 #include "mixtrain/autograd.h"
 #include "ops/autocast_hook.h"
 
@@ -123,7 +124,8 @@ struct Autocast::Saved {
   AutocastState previous;
 };
 
-DType default_autocast_dtype(DeviceType device_type) { return device_type == kCPU ? kBFloat16 : kFloat16; }
+// PyTorch's defaults: float16 on CUDA, bfloat16 elsewhere.
+DType default_autocast_dtype(DeviceType device_type) { return device_type == kCUDA ? kFloat16 : kBFloat16; }
 
 Autocast::Autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled) : saved_(nullptr) {
   enter({.device_type = device_type, .dtype = dtype, .enabled = enabled});
@@ -134,8 +136,8 @@ Autocast::Autocast(const AutocastOptions& options) : saved_(nullptr) { enter(opt
 void Autocast::enter(const AutocastOptions& o) {
   DType dtype = o.dtype.value_or(default_autocast_dtype(o.device_type));
   if (o.enabled) {
-    MT_CHECK(o.device_type == kCPU, "amp::Autocast: device type ", o.device_type,
-             " is not available in this build (CPU only)");
+    MT_CHECK(has_backend(o.device_type), "amp::Autocast: device type ", o.device_type,
+             " is not available in this build (no backend for it)");
     MT_CHECK(dtype == kBFloat16 || dtype == kFloat16, "amp::Autocast: the autocast dtype must be bfloat16 or float16, got ",
              dtype, " (to run a region in fp32, construct it with enabled=false)");
   }

@@ -51,6 +51,10 @@ Tensor GradScaler::scale(const Tensor& outputs) {
     scale_ = scalar_tensor(init_scale_, {.dtype = kFloat32, .device = outputs.device()});
     growth_tracker_ =
         scalar_tensor(static_cast<double>(init_growth_tracker_), {.dtype = kInt32, .device = outputs.device()});
+  } else if (scale_.device() != outputs.device()) {
+    // The model moved (Module::to(Device)): the scale and its tracker follow, values unchanged.
+    scale_ = scale_.to(outputs.device());
+    growth_tracker_ = growth_tracker_.to(outputs.device());
   }
   // A 0-dim fp32 factor does not promote a 16-bit tensor with dims: a double scalar operand keeps
   // the tensor's dtype and the product is still formed in fp32.

@@ -1,19 +1,26 @@
-// The CPU allocator: a size-bucketed caching allocator with exact byte accounting.
+// The CPU backend (a size-bucketed caching allocator with exact byte accounting, and memcpy for
+// transfers) and the registry of backends.
 //
 // Freed blocks go back to a per-size free list so that a steady-state training step, which frees
 // and allocates the same sizes every iteration, does not reach the system allocator. Sizes are
 // rounded up to a 64-byte multiple (small) or to a multiple of 1/8 of the next power of two (large),
 // so the cache can serve nearby sizes without wasting more than 25%. Accounting always uses the bytes
 // the caller asked for, so "a bf16 tensor of N elements costs 2N bytes" holds exactly.
+#include <array>
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "core/backend.h"
 #include "mixtrain/error.h"
 #include "mixtrain/memory.h"
 
-namespace mixtrain::memory {
+namespace mixtrain {
+using memory::kAlignment;
+using memory::Stats;
 namespace {
 
 size_t round_size(size_t n) {
@@ -93,17 +100,86 @@ CpuAllocator& cpu_allocator() {
   return *a;
 }
 
-CpuAllocator& allocator_for(Device d) {
-  MT_CHECK(d.is_cpu(), "memory: device ", d, " is not available in this build");
-  return cpu_allocator();
-}
+class CpuBackend final : public Backend {
+ public:
+  constexpr CpuBackend() = default;
+  const char* name() const override { return "cpu"; }
+  void* allocate(size_t nbytes, Stream) override { return cpu_allocator().allocate(nbytes); }
+  void deallocate(void* ptr, size_t nbytes, Stream) override { cpu_allocator().deallocate(ptr, nbytes); }
+  Stats stats(Device) override { return cpu_allocator().stats(); }
+  void reset_peak(Device) override { cpu_allocator().reset_peak(); }
+  void empty_cache(Device) override { cpu_allocator().empty_cache(); }
+  void copy_to_host(void* dst, const void* src, size_t nbytes, Device) override { copy_bytes(dst, src, nbytes); }
+  void copy_from_host(void* dst, const void* src, size_t nbytes, Device) override { copy_bytes(dst, src, nbytes); }
+  void synchronize(Device) override {}
+  void* host_address(void* ptr, Device) const override { return ptr; }
+
+ private:
+  static void copy_bytes(void* dst, const void* src, size_t nbytes) {
+    if (nbytes != 0) std::memcpy(dst, src, nbytes);
+  }
+};
+
+constinit CpuBackend cpu_backend;
+// Constant-initialised: the CPU is present before any static initialiser runs, and a backend
+// registered by another translation unit's initialiser cannot be wiped by this one's.
+constinit std::array<std::atomic<Backend*>, kNumDeviceTypes> backends{&cpu_backend, nullptr, nullptr};
 
 }  // namespace
 
-void* allocate(size_t nbytes, Device device) { return allocator_for(device).allocate(nbytes); }
-void deallocate(void* ptr, size_t nbytes, Device device) { allocator_for(device).deallocate(ptr, nbytes); }
-Stats stats(Device device) { return allocator_for(device).stats(); }
-void reset_peak(Device device) { allocator_for(device).reset_peak(); }
-void empty_cache(Device device) { allocator_for(device).empty_cache(); }
+void* Backend::host_address(void*, Device device) const {
+  MT_FAIL("device ", device, " (", name(), ") memory is not addressable from the host; copy the tensor to the cpu first");
+}
 
-}  // namespace mixtrain::memory
+void register_backend(DeviceType type, Backend* backend) {
+  MT_CHECK(type != kCPU, "register_backend: the cpu backend is built in");
+  MT_CHECK(backend != nullptr, "register_backend: null backend for ", type);
+  Backend* expected = nullptr;
+  MT_CHECK(backends[static_cast<int>(type)].compare_exchange_strong(expected, backend),
+           "register_backend: a backend for ", type, " is already registered (", expected->name(), ")");
+}
+
+bool has_backend(DeviceType type) { return backends[static_cast<int>(type)].load(std::memory_order_acquire) != nullptr; }
+
+Backend& backend_for(Device device) {
+  Backend* b = backends[static_cast<int>(device.type)].load(std::memory_order_acquire);
+  MT_CHECK(b != nullptr, "device ", device, " is not available: no backend for it in this build");
+  return *b;
+}
+
+const char* device_type_name(DeviceType t) {
+  switch (t) {
+    case kCPU: return "cpu";
+    case kCUDA: return "cuda";
+    case kPrivateUse1: {
+      Backend* b = backends[static_cast<int>(t)].load(std::memory_order_acquire);
+      return b ? b->name() : "privateuse1";
+    }
+  }
+  return "unknown";
+}
+
+namespace {
+constinit std::atomic<Device> the_default_device{Device{}};
+}
+Device default_device() { return the_default_device.load(std::memory_order_relaxed); }
+void set_default_device(Device device) {
+  backend_for(device);  // refuse a device without a backend now rather than at the first factory call
+  the_default_device.store(device, std::memory_order_relaxed);
+}
+
+namespace memory {
+namespace {
+Backend& memory_of(Device d) {
+  MT_CHECK(has_backend(d.type), "memory: device ", d, " is not available in this build");
+  return backend_for(d);
+}
+}  // namespace
+void* allocate(size_t nbytes, Device device) { return memory_of(device).allocate(nbytes, Stream{device}); }
+void deallocate(void* ptr, size_t nbytes, Device device) { backend_for(device).deallocate(ptr, nbytes, Stream{device}); }
+Stats stats(Device device) { return memory_of(device).stats(device); }
+void reset_peak(Device device) { memory_of(device).reset_peak(device); }
+void empty_cache(Device device) { memory_of(device).empty_cache(device); }
+}  // namespace memory
+
+}  // namespace mixtrain

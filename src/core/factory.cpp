@@ -3,9 +3,9 @@
 #include "mixtrain/factory.h"
 
 #include <cmath>
-#include <numbers>
 
 #include "kernels/copy.h"
+#include "core/backend.h"
 #include "kernels/cpu/loops.h"
 #include "mixtrain/autograd.h"
 
@@ -40,14 +40,41 @@ std::array<uint32_t, 4> philox(uint64_t block, uint64_t key, uint32_t stream) {
 
 }  // namespace random
 
+namespace {
+
+Device device_of(const TensorOptions& opts) { return opts.device.value_or(default_device()); }
+
+// Draws into contiguous `t` on its device: the generator hands out the Philox blocks, the device's
+// kernel turns them into values.
+void draw(const Tensor& t, kernels::RandomParams p, Generator* gen) {
+  Generator& g = gen ? *gen : default_generator();
+  p.key = g.seed();
+  p.first_block = g.advance(kernels::random_blocks(p.kind, t.dtype(), t.numel()));
+  kernels::random_fill_table(t.device(), t.dtype())(t, p);
+}
+
+// Host staging element for dtype D (std::vector<bool> packs bits; a bool element is one byte, 0 or 1).
+template <typename D>
+using Staged = std::conditional_t<std::is_same_v<D, bool>, uint8_t, D>;
+
+// A tensor on `device` holding `values` (host memory, already in its dtype): one host-to-device copy.
+template <typename D>
+Tensor upload(const std::vector<D>& values, const Shape& shape, DType dtype, Device device) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  backend_for(device).copy_from_host(t.raw_data(), values.data(), t.nbytes(), device);
+  return t;
+}
+
+}  // namespace
+
 Tensor empty(const Shape& shape, TensorOptions opts) {
-  Tensor t = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor t = Tensor::empty(shape, opts.dtype, device_of(opts));
   if (opts.requires_grad) t.requires_grad_();
   return t;
 }
 
 Tensor full(const Shape& shape, double value, TensorOptions opts) {
-  Tensor t = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor t = Tensor::empty(shape, opts.dtype, device_of(opts));
   kernels::fill(t, value);
   if (opts.requires_grad) t.requires_grad_();
   return t;
@@ -65,10 +92,10 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   MT_CHECK(step != 0, "arange: step must be non-zero");
   MT_CHECK((end - start) / step >= 0, "arange: range [", start, ", ", end, ") is empty or inverted for step ", step);
   int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
-  Tensor t = Tensor::empty({n}, opts.dtype, opts.device);
-  kernels::dispatch_all(opts.dtype, [&]<typename T>() {
-    T* p = t.data_ptr<T>();
-    for (int64_t i = 0; i < n; ++i) p[i] = kernels::convert<T>(start + static_cast<double>(i) * step);
+  Tensor t = kernels::dispatch_all(opts.dtype, [&]<typename T>() {
+    std::vector<Staged<T>> values(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) values[i] = kernels::convert<T>(start + static_cast<double>(i) * step);
+    return upload(values, Shape{n}, opts.dtype, device_of(opts));
   });
   if (opts.requires_grad) t.requires_grad_();
   return t;
@@ -76,66 +103,10 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
 
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, static_cast<double>(end), 1.0, opts); }
 
-namespace {
-
-// Fills `t` (contiguous) element by element from Philox outputs: value(i) = draw(block outputs for
-// counter first_block + i/4, lane i%4). `per_element_blocks` > 0 means each element uses whole
-// blocks of its own (used when one value needs more than 32 bits).
-template <typename T, typename Draw>
-void fill_random(Tensor& t, Generator* gen, int blocks_per_element, Draw&& draw) {
-  Generator& g = gen ? *gen : default_generator();
-  const int64_t n = t.numel();
-  const uint64_t key = g.seed();
-  if (blocks_per_element == 0) {
-    const uint64_t first = g.advance(static_cast<uint64_t>((n + 3) / 4));
-    T* p = t.data_ptr<T>();
-    kernels::parallel_for((n + 3) / 4, 2048, [&](int64_t b, int64_t e) {
-      for (int64_t blk = b; blk < e; ++blk) {
-        auto r = random::philox(first + blk, key);
-        for (int lane = 0; lane < 4 && blk * 4 + lane < n; ++lane) p[blk * 4 + lane] = draw(r, lane);
-      }
-    });
-  } else {
-    const uint64_t first = g.advance(static_cast<uint64_t>(n) * blocks_per_element);
-    T* p = t.data_ptr<T>();
-    kernels::parallel_for(n, 2048, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) p[i] = draw(random::philox(first + i, key), 0);
-    });
-  }
-}
-
-// The largest value of T below v (v finite).
-template <typename T>
-T next_below(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return std::nextafter(v, -std::numeric_limits<T>::infinity());
-  } else {
-    uint16_t b = v.bits();
-    if (b == 0 || b == 0x8000) return T::from_bits(0x8001);
-    return T::from_bits((b & 0x8000) ? b + 1 : b - 1);
-  }
-}
-
-// Uniform [0,1) in the opmath type of T, rounded once to T. Values that round up to 1 in a 16-bit
-// type are pulled back to the largest value below 1, so [0,1) holds in every dtype.
-template <typename T>
-T unit_uniform(const std::array<uint32_t, 4>& r, int lane, double low, double high) {
-  double u = std::is_same_v<T, double> ? random::uints_to_unit_double(r[lane], r[(lane + 1) % 4])
-                                       : static_cast<double>(random::uint_to_unit_float(r[lane]));
-  T v = kernels::convert<T>(low + (high - low) * u);
-  if (kernels::convert<double>(v) >= high && high > low) v = next_below(kernels::convert<T>(high));
-  return v;
-}
-
-}  // namespace
-
 Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
   MT_CHECK(t.is_floating_point(), "uniform_: expected a floating-point tensor, got ", describe(t));
   MT_CHECK(t.is_contiguous(), "uniform_: expected a contiguous tensor, got ", describe(t));
-  kernels::dispatch_floating(t.dtype(), "uniform_", [&]<typename T>() {
-    fill_random<T>(t, gen, std::is_same_v<T, double> ? 1 : 0,
-                   [&](const std::array<uint32_t, 4>& r, int lane) { return unit_uniform<T>(r, lane, low, high); });
-  });
+  draw(t, {.kind = kernels::RandomKind::kUniform, .a = low, .b = high}, gen);
   t.bump_version();
   return t;
 }
@@ -143,28 +114,20 @@ Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
 Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
   MT_CHECK(t.is_floating_point(), "normal_: expected a floating-point tensor, got ", describe(t));
   MT_CHECK(t.is_contiguous(), "normal_: expected a contiguous tensor, got ", describe(t));
-  kernels::dispatch_floating(t.dtype(), "normal_", [&]<typename T>() {
-    // One Philox block per element: two 32-bit uniforms for Box-Muller (u1 in (0,1] avoids log 0).
-    fill_random<T>(t, gen, 1, [&](const std::array<uint32_t, 4>& r, int) {
-      double u1 = 1.0 - random::uints_to_unit_double(r[0], r[1]);
-      double u2 = random::uints_to_unit_double(r[2], r[3]);
-      double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-      return kernels::convert<T>(mean + std * z);
-    });
-  });
+  draw(t, {.kind = kernels::RandomKind::kNormal, .a = mean, .b = std}, gen);
   t.bump_version();
   return t;
 }
 
 Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {
-  Tensor t = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor t = Tensor::empty(shape, opts.dtype, device_of(opts));
   uniform_(t, 0.0, 1.0, gen);
   if (opts.requires_grad) t.requires_grad_();
   return t;
 }
 
 Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
-  Tensor t = Tensor::empty(shape, opts.dtype, opts.device);
+  Tensor t = Tensor::empty(shape, opts.dtype, device_of(opts));
   normal_(t, 0.0, 1.0, gen);
   if (opts.requires_grad) t.requires_grad_();
   return t;
@@ -172,15 +135,8 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
   MT_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
-  Tensor t = Tensor::empty(shape, opts.dtype, opts.device);
-  const uint64_t range = static_cast<uint64_t>(high - low);
-  kernels::dispatch_all(opts.dtype, [&]<typename T>() {
-    // 64 random bits per element; the modulo bias is below 2^-32 for ranges under 2^32.
-    fill_random<T>(t, gen, 1, [&](const std::array<uint32_t, 4>& r, int) {
-      uint64_t bits = (static_cast<uint64_t>(r[0]) << 32) | r[1];
-      return kernels::convert<T>(static_cast<double>(low + static_cast<int64_t>(bits % range)));
-    });
-  });
+  Tensor t = Tensor::empty(shape, opts.dtype, device_of(opts));
+  draw(t, {.kind = kernels::RandomKind::kInteger, .low = low, .high = high}, gen);
   return t;
 }
 
@@ -188,10 +144,10 @@ template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions opts) {
   MT_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
            " values do not fill shape ", shape, " (", shape.numel(), " elements)");
-  Tensor t = Tensor::empty(shape, opts.dtype, opts.device);
-  kernels::dispatch_all(opts.dtype, [&]<typename D>() {
-    D* p = t.data_ptr<D>();
-    for (size_t i = 0; i < values.size(); ++i) p[i] = kernels::convert<D>(static_cast<T>(values[i]));
+  Tensor t = kernels::dispatch_all(opts.dtype, [&]<typename D>() {
+    std::vector<Staged<D>> converted(values.size());
+    for (size_t i = 0; i < values.size(); ++i) converted[i] = kernels::convert<D>(static_cast<T>(values[i]));
+    return upload(converted, shape, opts.dtype, device_of(opts));
   });
   if (opts.requires_grad) t.requires_grad_();
   return t;

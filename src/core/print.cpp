@@ -11,7 +11,7 @@ namespace mixtrain {
 
 std::ostream& operator<<(std::ostream& os, DType t) { return os << name(t); }
 
-std::ostream& operator<<(std::ostream& os, DeviceType t) { return os << (t == kCPU ? "cpu" : "cuda"); }
+std::ostream& operator<<(std::ostream& os, DeviceType t) { return os << device_type_name(t); }
 
 std::ostream& operator<<(std::ostream& os, Device d) {
   os << d.type;

@@ -2,6 +2,7 @@
 // Views live in src/ops/views.cpp; printing in src/core/print.cpp.
 #include "mixtrain/tensor.h"
 
+#include "core/backend.h"
 #include "core/inplace.h"
 #include "kernels/copy.h"
 #include "kernels/cpu/loops.h"
@@ -65,6 +66,31 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  const Device source = device();
+  Tensor src = contiguous();
+  Tensor out = Tensor::empty(shape(), dtype(), target);
+  const size_t n = nbytes();
+  if (source.is_cpu()) {
+    backend_for(target).copy_from_host(out.raw_data(), src.raw_data(), n, target);
+  } else if (target.is_cpu()) {
+    backend_for(source).copy_to_host(out.raw_data(), src.raw_data(), n, source);
+  } else {
+    // Between two non-host devices: staged through host memory (a backend with a direct path,
+    // such as CUDA peer copies, will take it here).
+    Tensor staging = Tensor::empty(shape(), dtype(), Device{});
+    backend_for(source).copy_to_host(staging.raw_data(), src.raw_data(), n, source);
+    backend_for(target).copy_from_host(out.raw_data(), staging.raw_data(), n, target);
+  }
+  if (is_floating_point() && autograd::needs_grad({this})) {
+    autograd::record("to_device", {*this}, out, [source](const autograd::TensorList& g) {
+      return autograd::TensorList{g[0].to(source)};
+    });
+  }
+  return out;
+}
+
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   return clone();
@@ -83,17 +109,20 @@ template <typename T>
 T Tensor::item() const {
   MT_CHECK(numel() == 1, "item: tensor must have exactly one element, got ", describe(*this));
   return kernels::dispatch_all(dtype(), [&]<typename S>() -> T {
-    return kernels::convert<T>(*static_cast<const S*>(raw_data()));
+    S value;
+    backend_for(device()).copy_to_host(&value, raw_data(), sizeof(S), device());
+    return kernels::convert<T>(value);
   });
 }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  MT_CHECK(device().is_cpu(), "to_vector: tensor is on ", device(), "; copy it to the CPU first");
+  // Converted and made contiguous on the tensor's device, then one transfer to the host.
   Tensor flat = Tensor::empty(shape(), dtype_v<T>, device());
   kernels::copy(flat, *this);
-  const T* p = flat.data_ptr<T>();
-  return std::vector<T>(p, p + flat.numel());
+  std::vector<T> values(static_cast<size_t>(flat.numel()));
+  backend_for(device()).copy_to_host(values.data(), flat.raw_data(), flat.nbytes(), device());
+  return values;
 }
 
 template <>
@@ -194,7 +223,8 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
-  Tensor s = src.shape() == shape() ? src : src.expand(shape());
+  Tensor s = src.device() == device() ? src : src.detach().to(device());  // a copy from another device
+  s = s.shape() == shape() ? s : s.expand(shape());
   if (s.shares_storage(*this) && !s.is_same(*this)) s = s.detach().clone();  // overlapping views
   kernels::copy(*this, s.detach());
   bump_version();

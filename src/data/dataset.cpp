@@ -303,7 +303,7 @@ SyntheticDataset::SyntheticDataset(int64_t size, const Shape& input_shape, int64
            " leaves no room for the batch dim");
   for (int64_t d : input_shape) MT_CHECK(d >= 0, "SyntheticDataset: negative dimension in input shape ", input_shape);
   Generator gen(seed);
-  pool_ = randn({kPoolSize}, {.dtype = dtype}, &gen);
+  pool_ = randn({kPoolSize}, {.dtype = dtype, .device = Device{}}, &gen);  // datasets live on the host
 }
 
 uint64_t SyntheticDataset::fingerprint() const {

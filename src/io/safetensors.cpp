@@ -182,9 +182,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
              "': '__metadata__' is reserved and cannot name a tensor");
     MT_CHECK(names.insert(name).second, "save_safetensors: '", path, "': duplicate tensor name '", name, "'");
     MT_CHECK(t.defined(), "save_safetensors: '", path, "': tensor '", name, "' is undefined");
-    MT_CHECK(t.device().is_cpu(), "save_safetensors: '", path, "': tensor '", name, "' is on ", t.device(),
-             "; copy it to the CPU first");
   }
+  // Written from host copies: a tensor on another device is copied once, here.
+  for (auto& [name, t] : sorted) t = t.detach().to(Device{});
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     int ra = reference_rank(a.second.dtype()), rb = reference_rank(b.second.dtype());
     return ra != rb ? ra > rb : a.first < b.first;

@@ -35,8 +35,10 @@ using Conv2dForwardFn = void(const Tensor& x, const Tensor& w, const Tensor& bia
 using Conv2dBackwardFn = void(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& gx, const Tensor& gw,
                               const Tensor& gb, const Conv2dGeometry& g);
 
-const DispatchTable<Conv2dForwardFn>& conv2d_forward_kernel();
-const DispatchTable<Conv2dBackwardFn>& conv2d_backward_kernel();
+extern DispatchTable<Conv2dForwardFn> conv2d_forward_table;
+extern DispatchTable<Conv2dBackwardFn> conv2d_backward_table;
+inline const DispatchTable<Conv2dForwardFn>& conv2d_forward_kernel() { return conv2d_forward_table; }
+inline const DispatchTable<Conv2dBackwardFn>& conv2d_backward_kernel() { return conv2d_backward_table; }
 
 // The oneDNN implementations (forward, backward data, backward weights) a conv2d of these shapes
 // runs in `dtype` (float32 or bfloat16, native), creating and caching the primitives. For tests.

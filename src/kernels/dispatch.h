@@ -1,13 +1,17 @@
-// The kernel registry: one DispatchTable per kernel family, keyed by (device type, dtype).
+// The kernel registry: one DispatchTable per kernel entry point, keyed by (device type, dtype).
 //
 // An op front-end looks its kernel up with `table(device, dtype)`; a missing entry throws an
-// mt::Error naming the op, dtype and device. The CPU backend fills its entries where the kernels
-// are defined (the table object lives in that translation unit, so the linker keeps it); a CUDA
-// backend adds its entries from its own registration function without touching the front-ends.
-// Dtype variants of a kernel are instantiations of one template, registered in one loop.
+// mt::Error naming the op, dtype and device. Tables are namespace-scope objects constant-initialised
+// to "no kernel" (constinit: they exist before any static initialiser runs), and filled only by the
+// backends' explicit registration functions, `register_<backend>(Registry&)`: the CPU's
+// (src/kernels/cpu/register.cpp) runs once, on the first lookup that misses; another backend calls
+// register_kernels() with its own function before its first op. A Registry writes only the slots of
+// its own device type, so the order in which backends register cannot matter. The list of all
+// tables is in registry.cpp (for_each_table); docs/notes/backends.md says how to add a device.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 
 #include "mixtrain/device.h"
@@ -16,47 +20,97 @@
 
 namespace mixtrain::kernels {
 
-template <typename Fn>
-class DispatchTable {
+// Runs the built-in backends' registrations once (thread-safe); called on a lookup miss.
+void register_builtin_kernels();
+
+// The untyped part of every table: what for_each_table can visit without knowing the signature.
+class DispatchTableBase {
  public:
-  explicit DispatchTable(const char* op) : op_(op) {}
+  using AnyFn = void (*)();
+  explicit constexpr DispatchTableBase(const char* op) : op_(op) {}
+  DispatchTableBase(const DispatchTableBase&) = delete;
+  DispatchTableBase& operator=(const DispatchTableBase&) = delete;
 
-  void set(DeviceType device, DType dtype, Fn* fn) { fns_[static_cast<int>(device)][static_cast<int>(dtype)] = fn; }
-
-  Fn* operator()(Device device, DType dtype) const {
-    Fn* fn = fns_[static_cast<int>(device.type)][static_cast<int>(dtype)];
-    MT_CHECK(fn != nullptr, op_, ": no kernel for dtype ", dtype, " on device ", device);
-    return fn;
-  }
-  bool has(DeviceType device, DType dtype) const {
-    return fns_[static_cast<int>(device)][static_cast<int>(dtype)] != nullptr;
-  }
   const char* op() const { return op_; }
+  bool has(DeviceType device, DType dtype) const { return slot(device, dtype).load(std::memory_order_acquire) != nullptr; }
+  // Gives `to` the kernels that `from` has (a device whose kernels are another's, such as a
+  // host-memory test device running the CPU kernels).
+  void alias_device(DeviceType from, DeviceType to) {
+    for (int d = 0; d < kNumDTypes; ++d)
+      fns_[static_cast<int>(to)][d].store(fns_[static_cast<int>(from)][d].load(std::memory_order_acquire),
+                                          std::memory_order_release);
+  }
+
+ protected:
+  std::atomic<AnyFn>& slot(DeviceType device, DType dtype) { return fns_[static_cast<int>(device)][static_cast<int>(dtype)]; }
+  const std::atomic<AnyFn>& slot(DeviceType device, DType dtype) const {
+    return fns_[static_cast<int>(device)][static_cast<int>(dtype)];
+  }
+  [[noreturn]] void missing(Device device, DType dtype) const;
+  AnyFn lookup_after_registration(Device device, DType dtype) const;
 
  private:
   const char* op_;
-  std::array<std::array<Fn*, kNumDTypes>, kNumDeviceTypes> fns_{};
+  std::array<std::array<std::atomic<AnyFn>, kNumDTypes>, kNumDeviceTypes> fns_{};
 };
 
-// Registers Kernel<T> for T in {float, double, float16, bfloat16}:
-//   register_floating<MyKernel>(table, kCPU)   where MyKernel<T>::run has the table's signature.
-template <template <typename> class Kernel, typename Fn>
-void register_floating(DispatchTable<Fn>& table, DeviceType device) {
-  table.set(device, kFloat32, &Kernel<float>::run);
-  table.set(device, kFloat64, &Kernel<double>::run);
-  table.set(device, kFloat16, &Kernel<float16>::run);
-  table.set(device, kBFloat16, &Kernel<bfloat16>::run);
-}
+template <typename Fn>
+class DispatchTable : public DispatchTableBase {
+ public:
+  explicit constexpr DispatchTable(const char* op) : DispatchTableBase(op) {}
 
-// Registers Kernel<T> for every dtype: the floating ones through register_floating, then
-// int32, int64, uint8 and bool.
-template <template <typename> class Kernel, typename Fn>
-void register_all_dtypes(DispatchTable<Fn>& table, DeviceType device) {
-  register_floating<Kernel>(table, device);
-  table.set(device, kInt32, &Kernel<int32_t>::run);
-  table.set(device, kInt64, &Kernel<int64_t>::run);
-  table.set(device, kUInt8, &Kernel<uint8_t>::run);
-  table.set(device, kBool, &Kernel<bool>::run);
-}
+  void set(DeviceType device, DType dtype, Fn* fn) {
+    slot(device, dtype).store(reinterpret_cast<AnyFn>(fn), std::memory_order_release);
+  }
+  Fn* operator()(Device device, DType dtype) const {
+    AnyFn fn = slot(device.type, dtype).load(std::memory_order_acquire);
+    if (fn == nullptr) [[unlikely]] fn = lookup_after_registration(device, dtype);
+    return reinterpret_cast<Fn*>(fn);
+  }
+};
+
+// What a backend's registration function receives: write access to its own device type's slots.
+class Registry {
+ public:
+  explicit Registry(DeviceType device) : device_(device) {}
+  DeviceType device() const { return device_; }
+
+  template <typename Fn>
+  void set(DispatchTable<Fn>& table, DType dtype, Fn* fn) const { table.set(device_, dtype, fn); }
+  // Kernel<T>::run for T in {float, double, float16, bfloat16}.
+  template <template <typename> class Kernel, typename Fn>
+  void floating(DispatchTable<Fn>& table) const {
+    set(table, kFloat32, &Kernel<float>::run);
+    set(table, kFloat64, &Kernel<double>::run);
+    set(table, kFloat16, &Kernel<float16>::run);
+    set(table, kBFloat16, &Kernel<bfloat16>::run);
+  }
+  // The floating ones, then int32, int64, uint8 and bool.
+  template <template <typename> class Kernel, typename Fn>
+  void all_dtypes(DispatchTable<Fn>& table) const {
+    floating<Kernel>(table);
+    set(table, kInt32, &Kernel<int32_t>::run);
+    set(table, kInt64, &Kernel<int64_t>::run);
+    set(table, kUInt8, &Kernel<uint8_t>::run);
+    set(table, kBool, &Kernel<bool>::run);
+  }
+  // This device runs `from`'s kernels for every dtype `from` has (a host-memory device whose kernels
+  // are the CPU's); call it after `from` has registered.
+  void alias(DispatchTableBase& table, DeviceType from) const { table.alias_device(from, device_); }
+  // One function for every dtype (kernels that dispatch on dtypes inside, such as copy).
+  template <typename Fn>
+  void every_dtype(DispatchTable<Fn>& table, Fn* fn) const {
+    for (int d = 0; d < kNumDTypes; ++d) set(table, static_cast<DType>(d), fn);
+  }
+
+ private:
+  DeviceType device_;
+};
+
+// Runs `register_fn` for `device` (a backend's register_<backend>), after the built-in ones.
+void register_kernels(DeviceType device, void (*register_fn)(Registry&));
+
+// Visits every table of the registry.
+void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void* context);
 
 }  // namespace mixtrain::kernels

@@ -7,6 +7,7 @@
 // bf16 storage, fp64 for fp64; 16-bit results are rounded once on store.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "kernels/dispatch.h"
@@ -42,14 +43,19 @@ using UnaryFn = void(const Tensor& out, const Tensor& x, Scalars s);
 // the output y for exp, sqrt, rsqrt, tanh, sigmoid, relu; the input x for the others.
 using UnaryBackwardFn = void(const Tensor& grad_in, const Tensor& grad_out, const Tensor& saved, Scalars s);
 
-const DispatchTable<UnaryFn>& unary_kernel(UnaryOp op);
-// Throws (internal) for ops whose backward is composed of other ops (neg, add/mul_scalar, square).
-const DispatchTable<UnaryBackwardFn>& unary_backward_kernel(UnaryOp op);
+extern std::array<DispatchTable<UnaryFn>, static_cast<int>(UnaryOp::kCount)> unary_forward_tables;
+extern std::array<DispatchTable<UnaryBackwardFn>, static_cast<int>(UnaryOp::kCount)> unary_backward_tables;
+inline const DispatchTable<UnaryFn>& unary_kernel(UnaryOp op) { return unary_forward_tables[static_cast<int>(op)]; }
+// Empty for ops whose backward is composed of other ops (neg, add/mul_scalar): looking one up throws.
+inline const DispatchTable<UnaryBackwardFn>& unary_backward_kernel(UnaryOp op) {
+  return unary_backward_tables[static_cast<int>(op)];
+}
 
 // Binary arithmetic: out = a + s.a * b (add, sub with negated alpha), a * b, a / b, pow(a, b).
 enum class BinaryOp : uint8_t { kAdd, kMul, kDiv, kPow, kCount };
 using BinaryFn = void(const Tensor& out, const Tensor& a, const Tensor& b, Scalars s);
-const DispatchTable<BinaryFn>& binary_kernel(BinaryOp op);
+extern std::array<DispatchTable<BinaryFn>, static_cast<int>(BinaryOp::kCount)> binary_tables;
+inline const DispatchTable<BinaryFn>& binary_kernel(BinaryOp op) { return binary_tables[static_cast<int>(op)]; }
 
 // Fused pieces of binary backward formulas, one pass and one rounding each: out = f(g, a, b) with
 // g the output gradient and a, b the forward operands (broadcast to g's shape).
@@ -58,15 +64,18 @@ const DispatchTable<BinaryFn>& binary_kernel(BinaryOp op);
 //   pow_grad_exponent: g * a^b * log(a), 0 where a == 0 and b >= 0 (PyTorch)
 enum class TernaryOp : uint8_t { kDivGradB, kPowGradBase, kPowGradExponent, kCount };
 using TernaryFn = void(const Tensor& out, const Tensor& g, const Tensor& a, const Tensor& b);
-const DispatchTable<TernaryFn>& ternary_kernel(TernaryOp op);
+extern std::array<DispatchTable<TernaryFn>, static_cast<int>(TernaryOp::kCount)> ternary_tables;
+inline const DispatchTable<TernaryFn>& ternary_kernel(TernaryOp op) { return ternary_tables[static_cast<int>(op)]; }
 
 // Selection, any dtype (no arithmetic, values are copied bit for bit):
 //   where: out = cond ? a : b          (cond bool; a, b and out share a dtype)
 //   masked_fill: out = mask ? value : x (mask bool; value converted once to out's dtype)
 using WhereFn = void(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
 using MaskedFillFn = void(const Tensor& out, const Tensor& x, const Tensor& mask, double value);
-const DispatchTable<WhereFn>& where_kernel();
-const DispatchTable<MaskedFillFn>& masked_fill_kernel();
+extern DispatchTable<WhereFn> where_table;
+extern DispatchTable<MaskedFillFn> masked_fill_table;
+inline const DispatchTable<WhereFn>& where_kernel() { return where_table; }
+inline const DispatchTable<MaskedFillFn>& masked_fill_kernel() { return masked_fill_table; }
 
 // Comparisons, any dtype, bool output. eq compares two same-dtype tensors; gt/lt compare with a
 // double scalar converted to the compute type (as PyTorch: 0.1 is compared as 0.1f with a float32
@@ -74,7 +83,11 @@ const DispatchTable<MaskedFillFn>& masked_fill_kernel();
 enum class CompareOp : uint8_t { kGt, kLt, kCount };
 using CompareFn = void(const Tensor& out, const Tensor& a, const Tensor& b);
 using CompareScalarFn = void(const Tensor& out, const Tensor& a, double b);
-const DispatchTable<CompareFn>& eq_kernel();
-const DispatchTable<CompareScalarFn>& compare_scalar_kernel(CompareOp op);
+extern DispatchTable<CompareFn> eq_table;
+extern std::array<DispatchTable<CompareScalarFn>, static_cast<int>(CompareOp::kCount)> compare_scalar_tables;
+inline const DispatchTable<CompareFn>& eq_kernel() { return eq_table; }
+inline const DispatchTable<CompareScalarFn>& compare_scalar_kernel(CompareOp op) {
+  return compare_scalar_tables[static_cast<int>(op)];
+}
 
 }  // namespace mixtrain::kernels

@@ -24,7 +24,8 @@ namespace mixtrain::kernels {
 // memory descriptors, not copied (only layouts oneDNN cannot take are made contiguous first).
 // out is contiguous. a, b, bias (optional, contiguous, [m]) and out share one floating dtype.
 using MatmulFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
-const DispatchTable<MatmulFn>& matmul_kernel();
+extern DispatchTable<MatmulFn> matmul_table;
+inline const DispatchTable<MatmulFn>& matmul_kernel() { return matmul_table; }
 
 // The fp32 route with mixed operand dtypes: a, b (and bias) may each be fp32, bf16 or fp16; 16-bit
 // operands are widened exactly to fp32, the fp32 kernel runs and the result is rounded once into

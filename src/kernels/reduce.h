@@ -8,6 +8,7 @@
 // on the shape, and partial results are combined in a fixed order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "kernels/dispatch.h"
@@ -28,11 +29,13 @@ enum class ReduceOp : uint8_t { kSum, kMax, kCount };
 // out has x's dtype or x's accumulation dtype (sum(bf16, dtype=float32) stores fp32 directly);
 // integer/bool sums always store int64. Sum is registered for every dtype, max for floating ones.
 using ReduceFn = void(const Tensor& out, const Tensor& x, const ReduceShape& shape, double scale);
-const DispatchTable<ReduceFn>& reduce_kernel(ReduceOp op);
+extern std::array<DispatchTable<ReduceFn>, static_cast<int>(ReduceOp::kCount)> reduce_tables;
+inline const DispatchTable<ReduceFn>& reduce_kernel(ReduceOp op) { return reduce_tables[static_cast<int>(op)]; }
 
 // out[o] (int64) = index of the first maximum of row o of a contiguous [outer, reduce] x; a NaN
 // counts as the maximum (PyTorch). Every dtype.
 using ArgmaxFn = void(const Tensor& out, const Tensor& x, int64_t outer, int64_t reduce);
-const DispatchTable<ArgmaxFn>& argmax_kernel();
+extern DispatchTable<ArgmaxFn> argmax_table;
+inline const DispatchTable<ArgmaxFn>& argmax_kernel() { return argmax_table; }
 
 }  // namespace mixtrain::kernels

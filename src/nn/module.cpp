@@ -297,7 +297,29 @@ void convert_in_place(const Tensor& t, DType dtype) {
     impl.autograd->grad = g.to(dtype).contiguous().impl_ptr();
   }
 }
+// The same for a move to another device.
+void move_in_place(const Tensor& t, Device device) {
+  if (t.device() == device) return;
+  Tensor moved = t.detach().contiguous().to(device);
+  TensorImpl& impl = t.impl();
+  impl.storage = moved.storage();
+  impl.offset = moved.storage_offset();
+  impl.strides = moved.strides();
+  if (impl.autograd && impl.autograd->grad) {
+    Tensor g(impl.autograd->grad);
+    impl.autograd->grad = g.to(device).impl_ptr();
+  }
+}
 }  // namespace
+
+Module& Module::to(Device device) {
+  NoGradGuard no_grad;
+  apply([device](Module& m) {
+    for (auto& [name, t] : m.params_) move_in_place(t, device);
+    for (auto& b : m.buffers_) move_in_place(b.tensor, device);
+  });
+  return *this;
+}
 
 Module& Module::to(DType dtype) {
   MT_CHECK(is_floating(dtype), type_name_, ".to: expected a floating-point dtype, got ", dtype);

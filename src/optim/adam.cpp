@@ -1,7 +1,7 @@
 // Adam / AdamW: option checks, lazily created moments, and the call into the fused kernel.
 #include "mixtrain/optim/adam.h"
 
-#include "kernels/cpu/optim_kernels.h"
+#include "kernels/optim.h"
 #include "mixtrain/factory.h"
 
 namespace mixtrain::optim {

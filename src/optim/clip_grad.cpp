@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/optim_kernels.h"
+#include "kernels/optim.h"
 
 namespace mixtrain::optim {
 

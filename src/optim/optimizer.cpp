@@ -4,7 +4,7 @@
 #include <set>
 #include <utility>
 
-#include "kernels/cpu/optim_kernels.h"
+#include "kernels/optim.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
 
@@ -24,23 +24,13 @@ Tensor new_master_low(const Tensor& param, bool zeroed) {
 // The fp32 master of a bf16 parameter and its packed lower half.
 Tensor unpack_master(const Tensor& param, const Tensor& low) {
   Tensor master = empty(param.shape(), {.dtype = kFloat32, .device = param.device()});
-  const bfloat16* hi = param.data_ptr<bfloat16>();
-  const auto* lo = reinterpret_cast<const uint16_t*>(low.data_ptr<uint8_t>());
-  float* out = master.data_ptr<float>();
-  for (int64_t i = 0; i < param.numel(); ++i) out[i] = kernels::unpack_master(hi[i].x, lo[i]);
+  kernels::unpack_master_table(param.device(), kBFloat16)(param, low, master);
   return master;
 }
 
 // Splits an fp32 master into the bf16 parameter (upper bits) and the lower half.
 void pack_master(const Tensor& master, const Tensor& param, const Tensor& low) {
-  const float* in = master.contiguous().data_ptr<float>();
-  bfloat16* hi = param.data_ptr<bfloat16>();
-  auto* lo = reinterpret_cast<uint16_t*>(low.data_ptr<uint8_t>());
-  for (int64_t i = 0; i < param.numel(); ++i) {
-    const kernels::PackedMaster packed = kernels::pack_master(in[i]);
-    hi[i] = bfloat16::from_bits(packed.param_bits);
-    lo[i] = packed.low;
-  }
+  kernels::pack_master_table(param.device(), kBFloat16)(master.to(param.device()).contiguous(), param, low);
 }
 
 // Replaces s.master by its packed form: the bf16 parameter takes the upper bits, s.master_low the
@@ -157,6 +147,14 @@ Tensor Optimizer::grad_for_step(size_t flat_index) const {
 
 void Optimizer::step_all(float inv_scale) {
   NoGradGuard no_grad;
+  // State follows its parameter (Module::to(Device) moved it since the last step).
+  const std::vector<Tensor> params = parameters();
+  for (size_t i = 0; i < state_.size() && i < params.size(); ++i) {
+    const Device device = params[i].device();
+    for (Tensor* t : {&state_[i].master, &state_[i].master_low, &state_[i].momentum_buffer, &state_[i].exp_avg,
+                      &state_[i].exp_avg_sq, &state_[i].max_exp_avg_sq})
+      if (t->defined() && t->device() != device) *t = t->to(device);
+  }
   for (size_t g = 0; g < groups_.size(); ++g) step_group(g, inv_scale);
   // The parameters with a gradient changed in place: a retained graph that saved one must notice.
   for (const ParamGroup& g : groups_)

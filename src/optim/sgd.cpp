@@ -1,7 +1,7 @@
 // SGD: option checks, lazily created momentum buffers, and the call into the fused kernel.
 #include "mixtrain/optim/sgd.h"
 
-#include "kernels/cpu/optim_kernels.h"
+#include "kernels/optim.h"
 #include "mixtrain/factory.h"
 
 namespace mixtrain::optim {

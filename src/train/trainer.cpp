@@ -295,8 +295,14 @@ bool Trainer::nonfinite_gate(double loss) {
 
 // ---- one step -----------------------------------------------------------------------------------
 
+Device Trainer::model_device() const {
+  for (const Tensor& p : model_->parameters()) return p.device();
+  return Device{};
+}
+
 StepInfo Trainer::train_step(const data::Batch& batch) {
   StepInfo info;
+  const Device device = model_device();
   if (options_.lr_schedule) {
     optimizer_->set_lr(options_.lr_schedule(step_));
   } else if (options_.lr_decay == LrDecay::kCosine) {
@@ -309,8 +315,8 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
   {
     // Forward and loss only: backward must run outside the region, in the dtypes the forward chose.
     const std::optional<DType> dtype = autocast_dtype(options_.precision.precision);
-    amp::Autocast autocast(kCPU, dtype, dtype.has_value());
-    loss = options_.loss_fn(model_->forward(batch.input), batch.target);
+    amp::Autocast autocast(device.type, dtype, dtype.has_value());
+    loss = options_.loss_fn(model_->forward(batch.input.to(device)), batch.target.to(device));
   }
   MT_CHECK(loss.defined() && loss.numel() == 1, "Trainer: the loss must be one value, got ",
            loss.defined() ? describe(loss) : std::string("an undefined tensor"));
@@ -592,6 +598,7 @@ EvalResult Trainer::evaluate(const data::Dataset& data) {
   data::DataLoader loader(data, {.batch_size = options_.eval_batch_size, .shuffle = false, .prefetch = 1});
   const std::optional<DType> dtype = autocast_dtype(options_.precision.precision);
 
+  const Device device = model_device();
   EvalResult r;
   double loss_sum = 0;
   int64_t correct = 0, batches = 0;
@@ -600,9 +607,9 @@ EvalResult Trainer::evaluate(const data::Dataset& data) {
     if (options_.eval_max_batches > 0 && batches++ >= options_.eval_max_batches) break;
     Tensor out, loss;
     {
-      amp::Autocast autocast(kCPU, dtype, dtype.has_value());
-      out = model_->forward(batch.input);
-      loss = options_.loss_fn(out, batch.target);
+      amp::Autocast autocast(device.type, dtype, dtype.has_value());
+      out = model_->forward(batch.input.to(device));
+      loss = options_.loss_fn(out, batch.target.to(device));
     }
     const int64_t n = batch.target.numel();
     loss_sum += loss.item<double>() * static_cast<double>(n);  // loss_fn is a mean over the targets

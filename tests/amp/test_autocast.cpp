@@ -8,6 +8,7 @@
 
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/mixtrain.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 namespace F = mixtrain::nn::functional;
@@ -87,7 +88,7 @@ std::vector<mt::Tensor> cast_floats(const std::vector<mt::Tensor>& in, mt::DType
 void expect_bitwise_equal(const mt::Tensor& a, const mt::Tensor& b, const char* what) {
   ASSERT_EQ(a.dtype(), b.dtype()) << what;
   ASSERT_EQ(a.shape(), b.shape()) << what;
-  mt::Tensor x = a.contiguous(), y = b.contiguous();
+  mt::Tensor x = a.to(mt::Device{}).contiguous(), y = b.to(mt::Device{}).contiguous();
   EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << what;
 }
 
@@ -104,7 +105,7 @@ TEST_P(AutocastPolicyTest, EveryOpMatchesManualCast) {
     mt::DType expect = expected_dtype(c.op, region, input_dtype);
     mt::Tensor got;
     {
-      Autocast ac(mt::kCPU, region);
+      Autocast ac(mt::testing::test_device().type, region);
       got = c.fn(inputs);
     }
     mt::Tensor manual = c.fn(cast_floats(inputs, expect));
@@ -125,7 +126,7 @@ INSTANTIATE_TEST_SUITE_P(Regions, AutocastPolicyTest,
 
 TEST(Autocast, PromoteWidestInput) {
   mt::Tensor a = rnd({4}, 1), b = rnd({4}, 2).to(mt::kBFloat16);
-  Autocast ac(mt::kCPU, mt::kBFloat16);
+  Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
   EXPECT_EQ(mt::add(a, b).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::mul(b, b).dtype(), mt::kBFloat16);
   EXPECT_EQ(mt::cat({b, a}).dtype(), mt::kFloat32);
@@ -136,7 +137,7 @@ TEST(Autocast, PromoteWidestInput) {
 
 TEST(Autocast, Fp64AndIntegersAreNotCast) {
   mt::Tensor d = rnd({4, 4}, 1).to(mt::kFloat64);
-  Autocast ac(mt::kCPU, mt::kBFloat16);
+  Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
   EXPECT_EQ(mt::matmul(d, d).dtype(), mt::kFloat64);
   EXPECT_EQ(mt::sum(d).dtype(), mt::kFloat64);
   mt::Tensor idx = mt::arange(4);
@@ -147,20 +148,20 @@ TEST(Autocast, NestingAndDisabledRegions) {
   mt::Tensor a = rnd({8, 8}, 1);
   EXPECT_FALSE(mt::amp::is_autocast_enabled());
   {
-    Autocast outer(mt::kCPU, mt::kBFloat16);
+    Autocast outer(mt::testing::test_device().type, mt::kBFloat16);
     EXPECT_EQ(mt::matmul(a, a).dtype(), mt::kBFloat16);
     {
-      Autocast inner(mt::kCPU, mt::kFloat16);
-      EXPECT_EQ(mt::amp::get_autocast_dtype(mt::kCPU), mt::kFloat16);
+      Autocast inner(mt::testing::test_device().type, mt::kFloat16);
+      EXPECT_EQ(mt::amp::get_autocast_dtype(mt::testing::test_device().type), mt::kFloat16);
       EXPECT_EQ(mt::matmul(a, a).dtype(), mt::kFloat16);
       {
-        Autocast off(mt::kCPU, std::nullopt, /*enabled=*/false);
+        Autocast off(mt::testing::test_device().type, std::nullopt, /*enabled=*/false);
         EXPECT_FALSE(mt::amp::is_autocast_enabled());
         EXPECT_EQ(mt::matmul(a, a).dtype(), mt::kFloat32);
       }
       EXPECT_TRUE(mt::amp::is_autocast_enabled());
     }
-    EXPECT_EQ(mt::amp::get_autocast_dtype(mt::kCPU), mt::kBFloat16);
+    EXPECT_EQ(mt::amp::get_autocast_dtype(mt::testing::test_device().type), mt::kBFloat16);
   }
   EXPECT_FALSE(mt::amp::is_autocast_enabled());
   EXPECT_EQ(mt::matmul(a, a).dtype(), mt::kFloat32);
@@ -171,7 +172,7 @@ TEST(Autocast, DefaultsAndValidation) {
   EXPECT_EQ(mt::amp::default_autocast_dtype(mt::kCUDA), mt::kFloat16);
   {
     Autocast ac;  // CPU, bf16
-    EXPECT_EQ(mt::amp::get_autocast_dtype(mt::kCPU), mt::kBFloat16);
+    EXPECT_EQ(mt::amp::get_autocast_dtype(mt::testing::test_device().type), mt::kBFloat16);
   }
   EXPECT_THROW(Autocast(mt::kCPU, mt::kFloat32), mt::Error);
   EXPECT_THROW(Autocast(mt::kCUDA, mt::kFloat16), mt::Error);
@@ -183,7 +184,7 @@ TEST(Autocast, Fp32LeavesGetFp32Gradients) {
   mt::Tensor x = rnd({4, 8}, 3);
   mt::Tensor loss;
   {
-    Autocast ac(mt::kCPU, mt::kBFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     mt::Tensor h = mt::linear(x, w, bias);
     EXPECT_EQ(h.dtype(), mt::kBFloat16);
     loss = mt::sum(mt::relu(h));
@@ -198,7 +199,7 @@ TEST(Autocast, Fp32LeavesGetFp32Gradients) {
 TEST(Autocast, BinaryCrossEntropyRefusedUnderFp16) {
   mt::Tensor p = rnd({4}, 1, 0.1, 0.9), y = rnd({4}, 2, 0.0, 1.0);
   {
-    Autocast ac(mt::kCPU, mt::kFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kFloat16);
     try {
       F::binary_cross_entropy(p, y);
       FAIL() << "expected mt::Error";
@@ -207,7 +208,7 @@ TEST(Autocast, BinaryCrossEntropyRefusedUnderFp16) {
     }
     EXPECT_EQ(F::binary_cross_entropy_with_logits(p, y).dtype(), mt::kFloat32);
   }
-  Autocast ac(mt::kCPU, mt::kBFloat16);
+  Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
   EXPECT_EQ(F::binary_cross_entropy(p.to(mt::kBFloat16), y).dtype(), mt::kFloat32);
 }
 
@@ -216,14 +217,14 @@ TEST(AutocastCache, WeightsAreCastOncePerRegion) {
   mt::Tensor x = rnd({4, 8}, 2);
   mt::amp::reset_cast_cache_stats();
   {
-    Autocast ac(mt::kCPU, mt::kBFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     for (int i = 0; i < 5; ++i) mt::linear(x, w);
     auto s = mt::amp::cast_cache_stats();
     EXPECT_EQ(s.misses, 1);
     EXPECT_EQ(s.hits, 4);
     EXPECT_EQ(s.entries, 1);
     {
-      Autocast nested(mt::kCPU, mt::kBFloat16);
+      Autocast nested(mt::testing::test_device().type, mt::kBFloat16);
       mt::linear(x, w);
     }
     EXPECT_EQ(mt::amp::cast_cache_stats().entries, 1) << "only the outermost region clears the cache";
@@ -232,7 +233,7 @@ TEST(AutocastCache, WeightsAreCastOncePerRegion) {
   // Activations (not leaves) and tensors that do not require grad are never cached.
   mt::amp::reset_cast_cache_stats();
   {
-    Autocast ac(mt::kCPU, mt::kBFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     mt::Tensor plain = rnd({8, 8}, 3);
     mt::linear(x, plain);
     mt::linear(x, plain);
@@ -245,7 +246,7 @@ TEST(AutocastCache, NothingCachedUnderNoGrad) {
   // training forward silently drops the weight's gradient.
   mt::Tensor w = rnd({8, 8}, 1).requires_grad_();
   mt::Tensor x = rnd({4, 8}, 2);
-  Autocast ac(mt::kCPU, mt::kBFloat16);
+  Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
   {
     mt::NoGradGuard no_grad;
     mt::linear(x, w);
@@ -259,7 +260,7 @@ TEST(AutocastCache, NothingCachedUnderNoGrad) {
 TEST(AutocastCache, InPlaceUpdateInvalidatesEntry) {
   mt::Tensor w = rnd({8, 8}, 1).requires_grad_();
   mt::Tensor x = rnd({4, 8}, 2);
-  Autocast ac(mt::kCPU, mt::kBFloat16);
+  Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
   mt::Tensor before = mt::linear(x, w);
   {
     mt::NoGradGuard no_grad;
@@ -274,19 +275,19 @@ TEST(AutocastCache, MemoryDoesNotGrowOverRepeatedForwards) {
   mt::Tensor w = rnd({64, 64}, 1).requires_grad_();
   mt::Tensor x = rnd({16, 64}, 2);
   auto run = [&] {
-    Autocast ac(mt::kCPU, mt::kBFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     mt::NoGradGuard no_grad;
     mt::linear(x, w);
   };
   run();
-  int64_t base = mt::memory::stats().current_bytes;
+  int64_t base = mt::memory::stats(mixtrain::testing::test_device()).current_bytes;
   for (int i = 0; i < 20; ++i) run();
-  EXPECT_EQ(mt::memory::stats().current_bytes, base);
+  EXPECT_EQ(mt::memory::stats(mixtrain::testing::test_device()).current_bytes, base);
   for (int i = 0; i < 20; ++i) {
-    Autocast ac(mt::kCPU, mt::kBFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     mt::Tensor y = mt::linear(x, w);
   }
-  EXPECT_EQ(mt::memory::stats().current_bytes, base);
+  EXPECT_EQ(mt::memory::stats(mixtrain::testing::test_device()).current_bytes, base);
 }
 
 TEST(AutocastPolicy, OverridesAndRegisteredOps) {
@@ -294,12 +295,13 @@ TEST(AutocastPolicy, OverridesAndRegisteredOps) {
   EXPECT_EQ(mt::amp::Policy::get(mt::OpId::k_matmul).policy, CastPolicy::kLowerPrecision);
   mt::amp::Policy::set(mt::OpId::k_matmul, CastPolicy::kFp32);
   {
-    Autocast ac(mt::kCPU, mt::kBFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     EXPECT_EQ(mt::matmul(a, a).dtype(), mt::kFloat32);
   }
   mt::amp::Policy::reset();
   {
     mt::amp::AutocastOptions o;
+    o.device_type = mixtrain::testing::test_device().type;
     o.dtype = mt::kBFloat16;
     o.overrides = {{mt::amp::policy_id(mt::OpId::k_softmax), CastPolicy::kLowerPrecision}};
     Autocast ac(o);
@@ -307,7 +309,7 @@ TEST(AutocastPolicy, OverridesAndRegisteredOps) {
     EXPECT_EQ(mt::matmul(a, a).dtype(), mt::kBFloat16);
   }
   {
-    Autocast ac(mt::kCPU, mt::kBFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     EXPECT_EQ(F::softmax(a, 1).dtype(), mt::kFloat32) << "region override ended with its region";
   }
   mt::amp::PolicyId my_op = mt::amp::Policy::register_op("my_fused_op", CastPolicy::kLowerPrecision);
@@ -316,7 +318,7 @@ TEST(AutocastPolicy, OverridesAndRegisteredOps) {
   mt::Tensor in = a;
   EXPECT_EQ(mt::amp::autocast_inputs(my_op, {&in}), mt::kFloat32) << "outside a region nothing changes";
   {
-    Autocast ac(mt::kCPU, mt::kFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kFloat16);
     EXPECT_EQ(mt::amp::autocast_inputs(my_op, {&in}), mt::kFloat16);
     EXPECT_EQ(in.dtype(), mt::kFloat16);
   }
@@ -328,7 +330,7 @@ TEST(AutocastPolicy, ExplainRecordsEachDecision) {
   mt::Tensor target = mt::randint(0, 8, {4});
   mt::amp::ExplainGuard explain;
   {
-    Autocast ac(mt::kCPU, mt::kBFloat16);
+    Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     F::cross_entropy(mt::relu(mt::linear(x, w)), target);
   }
   const auto& r = explain.records();
@@ -357,7 +359,7 @@ TEST(Autocast, BackwardInsideARegionIsNotAutocast) {
     mt::amp::ExplainGuard explain;
     mt::Tensor loss;
     {
-      Autocast ac(mt::kCPU, mt::kBFloat16);
+      Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
       mt::Tensor h = mt::linear(x, w);
       loss = mt::sum(mt::mul(h, h));  // h is used twice: its two gradients are summed in backward
       const size_t forward_records = explain.records().size();

@@ -83,7 +83,7 @@ struct UnscaleCase {
 mt::Tensor g4() { return mt::full({20, 20}, 4.0); }
 mt::Tensor g4_with(float bad) {
   mt::Tensor t = g4();
-  t.data_ptr<float>()[2 * 20 + 2] = bad;
+  t.select(0, 2).select(0, 2).fill_(bad);
   return t;
 }
 mt::Tensor cols5(const mt::Tensor& t) { return t.slice(1, 0, 5); }
@@ -169,7 +169,7 @@ TEST(GradScalerKernels, UnscaleWidens16BitForTheCheckAndLargeListsAreDeterminist
   EXPECT_EQ(found.item<float>(), 0.0f);
   EXPECT_TRUE(std::isinf(h.to_vector<float>()[0]));
   mt::Tensor big = mt::full({300000}, 8.0);
-  big.data_ptr<float>()[299999] = kNaN;
+  big.select(0, 299999).fill_(kNaN);
   mt::Tensor found2 = f32(0.0);
   EXPECT_EQ(mt::amp::detail::non_finite_check_and_unscale_({mt::full({7}, 1.0), big}, found2, f32(0.125)), 1);
   EXPECT_EQ(found2.item<float>(), 1.0f);

@@ -16,6 +16,7 @@
 #include "mixtrain/optim/clip_grad.h"
 #include "mixtrain/optim/sgd.h"
 #include "support/gradcheck.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 namespace F = mixtrain::nn::functional;
@@ -120,7 +121,7 @@ Body plain_body(std::optional<mt::DType> autocast_dtype = std::nullopt) {
       opt.zero_grad();
       mt::Tensor loss;
       {
-        mt::amp::Autocast ac(mt::kCPU, autocast_dtype, autocast_dtype.has_value());
+        mt::amp::Autocast ac(mt::testing::test_device().type, autocast_dtype, autocast_dtype.has_value());
         loss = F::mse_loss(model(data[i].input), data[i].target);
       }
       if (try_scaling_api) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 
@@ -95,9 +96,9 @@ TEST(AccumulateGrad, UnsharedGradientIsAdoptedWithoutACopy) {
   mt::Tensor x = leaf({1, 2, 3, 4});
   mt::Tensor y = mt::mul(x, 2.0);
   const mt::Tensor g = mt::from_vector(std::vector<float>{1, 2, 3, 4}, {4});
-  const mt::memory::Stats before = mt::memory::stats();
+  const mt::memory::Stats before = mt::memory::stats(mixtrain::testing::test_device());
   y.backward(g);
-  const mt::memory::Stats after = mt::memory::stats();
+  const mt::memory::Stats after = mt::memory::stats(mixtrain::testing::test_device());
   EXPECT_EQ(values(x.grad()), (std::vector<float>{2, 4, 6, 8}));
   EXPECT_EQ(after.allocations - before.allocations, 1);
   EXPECT_EQ(after.current_bytes - before.current_bytes, static_cast<int64_t>(x.grad().nbytes()));

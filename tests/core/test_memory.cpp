@@ -9,13 +9,14 @@
 
 #include "mixtrain/mixtrain.h"
 #include "support/expect_error.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 
 namespace {
 
-int64_t current() { return mt::memory::stats().current_bytes; }
-int64_t peak() { return mt::memory::stats().peak_bytes; }
+int64_t current() { return mt::memory::stats(mixtrain::testing::test_device()).current_bytes; }
+int64_t peak() { return mt::memory::stats(mixtrain::testing::test_device()).peak_bytes; }
 
 TEST(Memory, TensorsCountTheirExactBytes) {
   struct Case {
@@ -45,7 +46,7 @@ TEST(Memory, HalfTheBytesOfFloat32) {
 }
 
 TEST(Memory, PeakFollowsAKnownPattern) {
-  mt::memory::reset_peak();
+  mt::memory::reset_peak(mixtrain::testing::test_device());
   const int64_t base = current();
   EXPECT_EQ(peak(), base);
   std::optional<mt::Tensor> a = mt::empty({1000}, {.dtype = mt::kUInt8});
@@ -61,10 +62,10 @@ TEST(Memory, PeakFollowsAKnownPattern) {
   mt::Tensor d = mt::empty({1000}, {.dtype = mt::kBFloat16});  // 2000 bytes: a new peak
   EXPECT_EQ(current(), base + 5500);
   EXPECT_EQ(peak(), base + 5500);
-  mt::memory::reset_peak();  // resets to what is live now
+  mt::memory::reset_peak(mixtrain::testing::test_device());  // resets to what is live now
   EXPECT_EQ(peak(), base + 5500);
   d = mt::Tensor();
-  mt::memory::reset_peak();
+  mt::memory::reset_peak(mixtrain::testing::test_device());
   EXPECT_EQ(peak(), base + 3500);
 }
 
@@ -84,7 +85,7 @@ TEST(Memory, StorageIs64ByteAligned) {
 
 TEST(Memory, ViewsDoNotAllocate) {
   mt::Tensor a = mt::zeros({4, 6, 8});
-  const mt::memory::Stats before = mt::memory::stats();
+  const mt::memory::Stats before = mt::memory::stats(mixtrain::testing::test_device());
   std::vector<mt::Tensor> views{a.view({24, 8}),
                                 a.reshape({-1}),
                                 a.transpose(0, 2),
@@ -98,39 +99,39 @@ TEST(Memory, ViewsDoNotAllocate) {
                                 a.contiguous(),
                                 a.to(mt::kFloat32),
                                 a.select(1, 0).unsqueeze(1).expand({4, 5, 8}).squeeze()};
-  const mt::memory::Stats after = mt::memory::stats();
+  const mt::memory::Stats after = mt::memory::stats(mixtrain::testing::test_device());
   EXPECT_EQ(after.allocations, before.allocations);
   EXPECT_EQ(after.current_bytes, before.current_bytes);
   for (const mt::Tensor& v : views) EXPECT_TRUE(v.shares_storage(a));
   // A copy does allocate.
   mt::Tensor copy = a.transpose(0, 2).contiguous();
-  EXPECT_EQ(mt::memory::stats().allocations, before.allocations + 1);
-  EXPECT_EQ(mt::memory::stats().current_bytes, before.current_bytes + static_cast<int64_t>(a.nbytes()));
+  EXPECT_EQ(mt::memory::stats(mixtrain::testing::test_device()).allocations, before.allocations + 1);
+  EXPECT_EQ(mt::memory::stats(mixtrain::testing::test_device()).current_bytes, before.current_bytes + static_cast<int64_t>(a.nbytes()));
 }
 
 TEST(Memory, CacheServesARepeatedAllocation) {
   const mt::Shape shape{12345, 7};  // an unusual size, so the cache hit is this test's own block
   { mt::Tensor warm = mt::empty(shape); }
-  const mt::memory::Stats s1 = mt::memory::stats();
+  const mt::memory::Stats s1 = mt::memory::stats(mixtrain::testing::test_device());
   EXPECT_GT(s1.cached_bytes, 0);
   {
     mt::Tensor again = mt::empty(shape);
-    const mt::memory::Stats s2 = mt::memory::stats();
+    const mt::memory::Stats s2 = mt::memory::stats(mixtrain::testing::test_device());
     EXPECT_EQ(s2.system_allocations, s1.system_allocations);  // no malloc: the freed block came back
     EXPECT_EQ(s2.allocations, s1.allocations + 1);
     EXPECT_LT(s2.cached_bytes, s1.cached_bytes);
     EXPECT_EQ(s2.current_bytes, s1.current_bytes + 12345 * 7 * 4);
   }
-  EXPECT_EQ(mt::memory::stats().frees, s1.frees + 1);
+  EXPECT_EQ(mt::memory::stats(mixtrain::testing::test_device()).frees, s1.frees + 1);
   // empty_cache returns the blocks to the system and leaves current/peak alone.
-  const mt::memory::Stats s3 = mt::memory::stats();
-  mt::memory::empty_cache();
-  const mt::memory::Stats s4 = mt::memory::stats();
+  const mt::memory::Stats s3 = mt::memory::stats(mixtrain::testing::test_device());
+  mt::memory::empty_cache(mixtrain::testing::test_device());
+  const mt::memory::Stats s4 = mt::memory::stats(mixtrain::testing::test_device());
   EXPECT_EQ(s4.cached_bytes, 0);
   EXPECT_EQ(s4.current_bytes, s3.current_bytes);
   EXPECT_EQ(s4.peak_bytes, s3.peak_bytes);
   { mt::Tensor fresh = mt::empty(shape); }
-  EXPECT_EQ(mt::memory::stats().system_allocations, s4.system_allocations + 1);
+  EXPECT_EQ(mt::memory::stats(mixtrain::testing::test_device()).system_allocations, s4.system_allocations + 1);
 }
 
 TEST(Memory, TrainingStepPatternReachesASteadyState) {
@@ -143,9 +144,9 @@ TEST(Memory, TrainingStepPatternReachesASteadyState) {
     mt::Tensor g = mt::empty({256, 784});
   };
   step();
-  const int64_t system = mt::memory::stats().system_allocations;
+  const int64_t system = mt::memory::stats(mixtrain::testing::test_device()).system_allocations;
   for (int i = 0; i < 5; ++i) step();
-  EXPECT_EQ(mt::memory::stats().system_allocations, system);
+  EXPECT_EQ(mt::memory::stats(mixtrain::testing::test_device()).system_allocations, system);
 }
 
 TEST(Memory, UnavailableDeviceIsAnError) {

@@ -16,7 +16,7 @@ namespace {
 
 bool bitwise_equal(const mt::Tensor& a, const mt::Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+         std::memcmp(a.to(mt::Device{}).raw_data(), b.to(mt::Device{}).raw_data(), a.nbytes()) == 0;
 }
 
 TEST(Random, SameSeedSameValues) {

@@ -10,6 +10,7 @@
 
 #include "mixtrain/mixtrain.h"
 #include "support/expect_error.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 
@@ -36,7 +37,7 @@ TEST(Tensor, ShapeStridesAndSizes) {
   EXPECT_EQ(t.storage_offset(), 0);
   EXPECT_TRUE(t.is_contiguous());
   EXPECT_TRUE(t.is_floating_point());
-  EXPECT_TRUE(t.device().is_cpu());
+  EXPECT_EQ(t.device(), mixtrain::testing::test_device());  // the default device
 
   mt::Tensor s = mt::scalar_tensor(2.5);
   EXPECT_EQ(s.dim(), 0);
@@ -289,7 +290,7 @@ TEST(Tensor, ItemAndToVector) {
 }
 
 TEST(Tensor, DataPtrChecksTheType) {
-  mt::Tensor t = iota({2, 3});
+  mt::Tensor t = iota({2, 3}).to(mt::Device{});  // data_ptr is host memory only on the CPU
   EXPECT_EQ(t.data_ptr<float>()[4], 4.0f);
   EXPECT_EQ(t.slice(1, 1, 3).data_ptr<float>()[0], 1.0f);  // the storage offset is applied
   EXPECT_MT_ERROR(t.data_ptr<double>(), "data_ptr", "float32", "float64");

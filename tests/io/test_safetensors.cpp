@@ -32,7 +32,7 @@ mt::Tensor pattern(const mt::Shape& shape, mt::DType dtype, uint32_t salt) {
 
 bool same_bytes(const mt::Tensor& a, const mt::Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && a.nbytes() == b.nbytes() &&
-         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.nbytes()) == 0;
+         std::memcmp(a.to(mt::Device{}).contiguous().raw_data(), b.to(mt::Device{}).contiguous().raw_data(), a.nbytes()) == 0;
 }
 
 std::string le64(uint64_t v) {

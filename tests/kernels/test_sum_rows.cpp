@@ -16,7 +16,7 @@ namespace {
 // out[j] = sum over i in row order of x[i, j], accumulated in fp32 (fp64 for fp64), rounded to `out_dtype`.
 Tensor reference_sum_rows(const Tensor& x, DType out_dtype) {
   const int64_t rows = x.size(0), cols = x.size(1);
-  Tensor x64 = x.to(kFloat64).contiguous();  // exact for every input dtype
+  Tensor x64 = x.to(kFloat64).contiguous().to(Device{});  // exact for every input dtype, on the host
   const double* p = x64.data_ptr<double>();
   Tensor out = Tensor::empty({cols}, kFloat64);
   for (int64_t j = 0; j < cols; ++j) {

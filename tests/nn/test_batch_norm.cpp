@@ -10,6 +10,7 @@
 #include "mixtrain/nn/modules.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 namespace nn = mixtrain::nn;
@@ -190,7 +191,7 @@ TEST(BatchNormTest, UnderAutocastRunsInTheInputDtype) {
   mt::Tensor x = mt::randn({2, 1, 5, 5}, {}, &g);
   mt::Tensor y;
   {
-    mt::amp::Autocast autocast(mt::kCPU, mt::kBFloat16);
+    mt::amp::Autocast autocast(mt::testing::test_device().type, mt::kBFloat16);
     y = model(x);
   }
   EXPECT_EQ(y.dtype(), mt::kBFloat16);

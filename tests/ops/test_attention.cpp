@@ -14,6 +14,7 @@
 #include "mixtrain/ops/elementwise.h"
 #include "mixtrain/ops/linalg.h"
 #include "ops/test_nn_helpers.h"
+#include "support/checked_device.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -94,7 +95,7 @@ TEST(Attention, AutocastRunsInLowerPrecision) {
   const Tensor k = randn32({2, 5, 8}, 11), v = randn32({2, 5, 8}, 12);
   Tensor out;
   {
-    amp::Autocast autocast(kCPU, kBFloat16);
+    amp::Autocast autocast(mixtrain::testing::test_device().type, kBFloat16);
     out = F::scaled_dot_product_attention(q, k, v, true);
   }
   EXPECT_EQ(out.dtype(), kBFloat16);
@@ -252,7 +253,7 @@ TEST(QkvAttention, AutocastRunsInLowerPrecisionAndSaves16Bit) {
   Tensor x = randn32({2, 5, 3 * 2 * 4}, 52).requires_grad_();
   Tensor out;
   {
-    amp::Autocast autocast(kCPU, kBFloat16);
+    amp::Autocast autocast(mixtrain::testing::test_device().type, kBFloat16);
     out = F::qkv_attention(x, 2, true);
   }
   EXPECT_EQ(out.dtype(), kBFloat16);

@@ -12,6 +12,7 @@
 #include "mixtrain/mixtrain.h"
 #include "ops/test_nn_helpers.h"
 #include "support/gradcheck.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 using mt::testing::expect_error;
@@ -244,7 +245,7 @@ TEST(ElementwisePromotion, ScalarOperandIsNotRoundedTo16Bits) {
 TEST(ElementwisePromotion, FrontEndsApplyTheAutocastPolicy) {
   // DESIGN.md section 4: exp, pow, sum, mean -> fp32; binary ops promote; unlisted ops keep their dtype.
   mt::Tensor h = mt::ones({2, 3}, {.dtype = mt::kBFloat16}), f = mt::ones({2, 3});
-  mt::amp::Autocast autocast(mt::kCPU, mt::kBFloat16);
+  mt::amp::Autocast autocast(mt::testing::test_device().type, mt::kBFloat16);
   EXPECT_EQ(mt::exp(h).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::pow(h, 2.0).dtype(), mt::kFloat32);
   EXPECT_EQ(mt::sum(h).dtype(), mt::kFloat32);

@@ -9,6 +9,7 @@
 #include "mixtrain/ops/linalg.h"
 #include "ops/test_linalg_util.h"
 #include "ops/test_nn_helpers.h"
+#include "support/checked_device.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -164,7 +165,7 @@ TEST(LinalgAutocast, LinearRunsInBf16AndFp32ParametersGetFp32Grads) {
   Tensor b = uniform_input({3}, kFloat32, 62).requires_grad_();
   Tensor y;
   {
-    amp::Autocast autocast(kCPU, kBFloat16);
+    amp::Autocast autocast(mixtrain::testing::test_device().type, kBFloat16);
     y = linear(x, w, b);
   }
   EXPECT_EQ(y.dtype(), kBFloat16);

@@ -8,6 +8,7 @@
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
+#include "support/checked_device.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -140,7 +141,7 @@ TEST(CrossEntropy, AutocastComputesInFp32) {
   const Tensor target = from_vector<int64_t>({0, 5, 2, 2});
   Tensor loss;
   {
-    amp::Autocast autocast(kCPU, kBFloat16);
+    amp::Autocast autocast(mixtrain::testing::test_device().type, kBFloat16);
     loss = F::cross_entropy(logits, target);
   }
   EXPECT_EQ(loss.dtype(), kFloat32);

@@ -8,6 +8,7 @@
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/ops/linalg.h"
 #include "ops/test_nn_helpers.h"
+#include "support/checked_device.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -22,7 +23,7 @@ std::vector<std::vector<float>> run(bool fused, std::optional<DType> autocast_dt
   Tensor y;
   {
     std::optional<amp::Autocast> ac;
-    if (autocast_dtype) ac.emplace(kCPU, *autocast_dtype);
+    if (autocast_dtype) ac.emplace(mixtrain::testing::test_device().type, *autocast_dtype);
     y = fused ? F::gelu_linear(x, w, b) : linear(gelu(x), w, b);
   }
   y.backward(randn32(y.shape(), 4).to(y.dtype()));
@@ -45,18 +46,18 @@ TEST(GeluLinear, BitIdenticalToTheComposition) {
 TEST(GeluLinear, AutocastOutputDtypeAndSavesOneActivation) {
   Tensor x = randn32({64, 256}, 5).to(kBFloat16).requires_grad_();
   Tensor w = randn32({8, 256}, 6).requires_grad_();
-  const int64_t before = memory::stats().current_bytes;
+  const int64_t before = memory::stats(mixtrain::testing::test_device()).current_bytes;
   Tensor y_fused, y_plain;
   {
-    amp::Autocast ac(kCPU, kBFloat16);
+    amp::Autocast ac(mixtrain::testing::test_device().type, kBFloat16);
     y_fused = F::gelu_linear(x, w);
   }
-  const int64_t fused_bytes = memory::stats().current_bytes - before;
+  const int64_t fused_bytes = memory::stats(mixtrain::testing::test_device()).current_bytes - before;
   {
-    amp::Autocast ac(kCPU, kBFloat16);
+    amp::Autocast ac(mixtrain::testing::test_device().type, kBFloat16);
     y_plain = linear(gelu(x), w);
   }
-  const int64_t plain_bytes = memory::stats().current_bytes - before - fused_bytes;
+  const int64_t plain_bytes = memory::stats(mixtrain::testing::test_device()).current_bytes - before - fused_bytes;
   EXPECT_EQ(y_fused.dtype(), kBFloat16);
   // The composition also keeps gelu(x) ([64, 256] bf16) for the weight gradient.
   EXPECT_GE(plain_bytes - fused_bytes, 64 * 256 * 2);

@@ -24,10 +24,7 @@ namespace mixtrain::testing {
 inline Tensor randn32(const Shape& shape, uint64_t seed, double scale = 1.0) {
   Generator g(seed);
   Tensor t = randn(shape, {}, &g);
-  if (scale != 1.0) {
-    float* p = t.data_ptr<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(p[i] * scale);
-  }
+  if (scale != 1.0) t = mul(t.to(kFloat64), scale).to(kFloat32);  // each value rounded once from fp64
   return t;
 }
 
@@ -71,7 +68,7 @@ inline Tensor flat(const Tensor& t) { return t.dim() == 0 ? t.unsqueeze(0) : t.r
 // True when both tensors hold bit-identical values (same shape and dtype).
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  const Tensor ac = a.to(Device{}).contiguous(), bc = b.to(Device{}).contiguous();  // host copies
   return std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
 }
 

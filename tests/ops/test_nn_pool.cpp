@@ -156,11 +156,11 @@ TEST(MaxPool2d, SixteenBitValuesAreCopiedBitForBit) {
   // A signalling-NaN payload and negative zero survive: the maximum is copied, never converted.
   for (DType dt : kHalfDTypes) {
     const uint16_t snan = dt == kBFloat16 ? 0x7f81 : 0x7c01, neg_zero = 0x8000;
-    Tensor x = zeros({1, 1, 2, 4}, {.dtype = dt});
+    Tensor x = zeros({1, 1, 2, 4}, {.dtype = dt, .device = Device{}});
     uint16_t* p = reinterpret_cast<uint16_t*>(x.raw_data());
     p[0] = neg_zero, p[1] = neg_zero, p[4] = neg_zero, p[5] = neg_zero;  // window 0: all -0
     p[3] = snan;                                                         // window 1: a NaN
-    Tensor y = F::max_pool2d(x, {.kernel_h = 2, .kernel_w = 2});
+    Tensor y = F::max_pool2d(x.to(default_device()), {.kernel_h = 2, .kernel_w = 2}).to(Device{});
     const uint16_t* q = reinterpret_cast<const uint16_t*>(y.raw_data());
     EXPECT_EQ(q[0], neg_zero) << name(dt);
     EXPECT_EQ(q[1], snan) << name(dt);

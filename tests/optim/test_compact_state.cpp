@@ -15,6 +15,7 @@
 #include "mixtrain/optim/sgd.h"
 #include "support/cpu_env.h"
 #include "support/expect_error.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 namespace optim = mixtrain::optim;
@@ -248,12 +249,12 @@ TEST(CompactState, ModelStateBytesPerParameter) {
   EXPECT_EQ(c.optimizer_state, 6 * n);
   EXPECT_EQ(c.bytes_per_param(), 12.0);
   // The accounting matches the allocator: masters and moments are what mt::memory counts.
-  const int64_t before = mt::memory::stats().current_bytes;
+  const int64_t before = mt::memory::stats(mixtrain::testing::test_device()).current_bytes;
   mt::Tensor p = leaf(mt::zeros({n}, {.dtype = mt::kBFloat16}));
   optim::AdamW opt({p}, {.packed_master = true, .exp_avg_dtype = mt::kBFloat16});
   p.set_grad(mt::ones({n}, {.dtype = mt::kBFloat16}));
   opt.step();
-  EXPECT_EQ(mt::memory::stats().current_bytes - before, opt.model_state_bytes().total());
+  EXPECT_EQ(mt::memory::stats(mixtrain::testing::test_device()).current_bytes - before, opt.model_state_bytes().total());
 }
 
 TEST(CompactState, Avx512AdamMatchesThePortablePathBitForBit) {

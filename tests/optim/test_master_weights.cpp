@@ -15,6 +15,7 @@
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/sgd.h"
 #include "support/tolerances.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 namespace optim = mixtrain::optim;
@@ -185,7 +186,7 @@ TEST(MasterWeights, MlpBf16ParamsWithFp32MastersTrainsLikeFp32) {
     opt_a.zero_grad();
     mt::Tensor loss;
     {
-      mt::amp::Autocast ac(mt::kCPU, mt::kBFloat16);
+      mt::amp::Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
       loss = F::cross_entropy(a(x), y);
     }
     loss.backward();
@@ -243,18 +244,18 @@ TEST(MasterWeights, MemoryOfBf16ParamsPlusMastersVsFp32ParamsPlusGrads) {
   const int64_t N = 676;
   mt::Generator gen(1);
   const Mlp init = make_mlp(gen);
-  const int64_t before_b = mt::memory::stats().current_bytes;
+  const int64_t before_b = mt::memory::stats(mixtrain::testing::test_device()).current_bytes;
   Mlp b = init.to(mt::kBFloat16);
-  const int64_t params_b = mt::memory::stats().current_bytes - before_b;
+  const int64_t params_b = mt::memory::stats(mixtrain::testing::test_device()).current_bytes - before_b;
   optim::Adam opt_b(b.params());
-  const int64_t with_masters_b = mt::memory::stats().current_bytes - before_b;
+  const int64_t with_masters_b = mt::memory::stats(mixtrain::testing::test_device()).current_bytes - before_b;
   EXPECT_EQ(params_b, 2 * N);
   EXPECT_EQ(with_masters_b, 6 * N);
   EXPECT_EQ(opt_b.state_bytes().masters, 4 * N);
 
-  const int64_t before_a = mt::memory::stats().current_bytes;
+  const int64_t before_a = mt::memory::stats(mixtrain::testing::test_device()).current_bytes;
   Mlp a = init.to(mt::kFloat32);
-  const int64_t params_a = mt::memory::stats().current_bytes - before_a;
+  const int64_t params_a = mt::memory::stats(mixtrain::testing::test_device()).current_bytes - before_a;
   mt::Tensor x = mt::randn({8, 16}, {}, &gen);
   mt::Tensor y = mt::zeros({8}, {.dtype = mt::kInt64});
   F::cross_entropy(a(x), y).backward();

@@ -5,6 +5,7 @@
 
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
+#include "mixtrain/ops/elementwise.h"
 
 namespace mixtrain::testing {
 
@@ -21,9 +22,7 @@ double project(const Tensor& y, const std::vector<double>& r) {
 
 Tensor rand_input(const Shape& shape, double lo, double hi, uint64_t seed) {
   Generator g(seed);
-  Tensor t = rand(shape, {.dtype = kFloat64}, &g);
-  double* p = t.data_ptr<double>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * p[i];
+  Tensor t = add(mul(rand(shape, {.dtype = kFloat64}, &g), hi - lo), lo);
   t.requires_grad_();
   return t;
 }
@@ -56,17 +55,20 @@ std::string gradcheck(const TensorFn& f, std::vector<Tensor> inputs, const Gradc
     if (x.dtype() != kFloat64) return "gradcheck inputs must be float64";
     if (!x.is_contiguous()) return "gradcheck inputs must be contiguous";
     std::vector<double> a = analytic[k].defined() ? analytic[k].to_vector<double>() : std::vector<double>(x.numel(), 0.0);
-    double* p = x.data_ptr<double>();
+    // Element i is written through a one-element view (fill_ is a kernel: any device).
+    const Tensor elements = x.detach().reshape({-1});
+    const std::vector<double> values = x.to_vector<double>();
     for (int64_t i = 0; i < x.numel(); ++i) {
-      const double orig = p[i];
+      const double orig = values[i];
       double plus, minus;
       {
         NoGradGuard no_grad;
-        p[i] = orig + opts.eps;
+        Tensor element = elements.select(0, i);
+        element.fill_(orig + opts.eps);
         plus = project(f(inputs), rv);
-        p[i] = orig - opts.eps;
+        element.fill_(orig - opts.eps);
         minus = project(f(inputs), rv);
-        p[i] = orig;
+        element.fill_(orig);
       }
       double numeric = (plus - minus) / (2 * opts.eps);
       double err = std::abs(a[i] - numeric) / (opts.tol.atol + opts.tol.rtol * std::abs(numeric));

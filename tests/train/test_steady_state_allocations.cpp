@@ -15,6 +15,7 @@
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/nn/modules.h"
 #include "mixtrain/train/trainer.h"
+#include "support/checked_device.h"
 
 namespace mt = mixtrain;
 namespace tr = mixtrain::train;
@@ -60,7 +61,7 @@ TEST_P(SteadyStateAllocations, NoSystemAllocationAfterWarmUp) {
     opt->zero_grad();
     mt::Tensor loss;
     {
-      mt::amp::Autocast autocast(mt::DeviceType::kCPU, dtype, dtype.has_value());
+      mt::amp::Autocast autocast(mt::testing::test_device().type, dtype, dtype.has_value());
       loss = tr::default_loss(model->forward(input), target);
     }
     if (mode.scaler) {

@@ -45,7 +45,7 @@ const mt::data::SyntheticDataset& eval_set() {
 }
 
 std::string bytes_of(const mt::Tensor& t) {
-  mt::Tensor c = t.contiguous();
+  mt::Tensor c = t.to(mt::Device{}).contiguous();
   return std::string(static_cast<const char*>(c.raw_data()), c.nbytes());
 }
 

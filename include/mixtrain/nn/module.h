@@ -166,6 +166,10 @@ class Module {
   // Converts every floating parameter and buffer to `dtype` in place (gradients too), except
   // buffers registered with keep_dtype (BatchNorm running stats stay fp32). requires_grad is kept.
   Module& to(DType dtype);
+  // Moves every parameter and buffer (gradients too) to `device` in place, bit for bit, the same
+  // way: handles taken earlier, optimizers included, see the moved tensors. An optimizer's state
+  // follows its parameters at its next step.
+  Module& to(Device device);
   // Clears gradients: drops them (set_to_none, PyTorch's default) or writes zeros.
   void zero_grad(bool set_to_none = true);
   // Total elements over parameters() (only those requiring grad when trainable_only).

@@ -296,6 +296,9 @@ class Trainer {
   // What both public constructors share: the members other than the optimizer, and the checks of
   // the options.
   Trainer(nn::Module& model, const data::Dataset& train_data, const data::Dataset* eval_data, TrainerOptions options);
+  // Where the model's parameters live (the CPU for a model without any): batches, which datasets
+  // make on the host, are moved there, and autocast runs for its device type.
+  Device model_device() const;
   // One optimisation step on `batch`; returns the StepInfo fields it knows.
   StepInfo train_step(const data::Batch& batch);
   void finish_epoch(RunState& run, bool evaluate_now);

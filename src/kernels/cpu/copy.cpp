@@ -1,10 +1,11 @@
 // CPU copy and fill. Contiguous fp32 <-> 16-bit conversions go through the SIMD row converters of
 // half.h; everything else through cpu_kernel's strided loop.
-#include "kernels/copy.h"
-
 #include <cstring>
 
+#include "kernels/copy.h"
+#include "kernels/cpu/host_ptr.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 namespace {
@@ -18,13 +19,13 @@ bool try_bulk_convert(const Tensor& dst, const Tensor& src) {
     parallel_for(n, kGrainSize, [&](int64_t b, int64_t e) { fn(in + b, out + b, e - b); });
     return true;
   };
-  if (s == kFloat32 && d == kFloat16) return run(convert_fp32_to_fp16, src.data_ptr<float>(), dst.data_ptr<float16>());
-  if (s == kFloat16 && d == kFloat32) return run(convert_fp16_to_fp32, src.data_ptr<float16>(), dst.data_ptr<float>());
-  if (s == kFloat32 && d == kBFloat16) return run(convert_fp32_to_bf16, src.data_ptr<float>(), dst.data_ptr<bfloat16>());
-  if (s == kBFloat16 && d == kFloat32) return run(convert_bf16_to_fp32, src.data_ptr<bfloat16>(), dst.data_ptr<float>());
+  if (s == kFloat32 && d == kFloat16) return run(convert_fp32_to_fp16, host_ptr<float>(src), host_ptr<float16>(dst));
+  if (s == kFloat16 && d == kFloat32) return run(convert_fp16_to_fp32, host_ptr<float16>(src), host_ptr<float>(dst));
+  if (s == kFloat32 && d == kBFloat16) return run(convert_fp32_to_bf16, host_ptr<float>(src), host_ptr<bfloat16>(dst));
+  if (s == kBFloat16 && d == kFloat32) return run(convert_bf16_to_fp32, host_ptr<bfloat16>(src), host_ptr<float>(dst));
   if (s == d) {
-    const char* in = static_cast<const char*>(src.raw_data());
-    char* out = static_cast<char*>(dst.raw_data());
+    const char* in = static_cast<const char*>(host_data(src));
+    char* out = static_cast<char*>(host_data(dst));
     const int64_t es = static_cast<int64_t>(dst.element_size());
     parallel_for(n, kGrainSize * 4, [&](int64_t b, int64_t e) { std::memcpy(out + b * es, in + b * es, (e - b) * es); });
     return true;
@@ -32,12 +33,8 @@ bool try_bulk_convert(const Tensor& dst, const Tensor& src) {
   return false;
 }
 
-}  // namespace
-
-void copy(const Tensor& dst, const Tensor& src) {
-  MT_CHECK(dst.shape() == src.shape(), "copy: shape mismatch, destination ", describe(dst), ", source ", describe(src));
-  MT_CHECK(dst.device() == src.device(), "copy: device mismatch, destination on ", dst.device(), ", source on ", src.device());
-  if (dst.numel() == 0 || try_bulk_convert(dst, src)) return;
+void copy_cpu(const Tensor& dst, const Tensor& src) {
+  if (try_bulk_convert(dst, src)) return;
   dispatch_all(dst.dtype(), [&]<typename Out>() {
     dispatch_all(src.dtype(), [&]<typename In>() {
       // Convert directly (no compute type): the identity functor on the source type.
@@ -46,12 +43,18 @@ void copy(const Tensor& dst, const Tensor& src) {
   });
 }
 
-void fill(const Tensor& dst, double value) {
-  if (dst.numel() == 0) return;
+void fill_cpu(const Tensor& dst, double value) {
   dispatch_all(dst.dtype(), [&]<typename T>() {
     const T v = convert<T>(value);
     cpu_kernel<T, T>(dst, [v]() { return v; });
   });
+}
+
+}  // namespace
+
+void register_cpu_copy(const Registry& r) {
+  r.every_dtype(copy_table, &copy_cpu);
+  r.every_dtype(fill_table, &fill_cpu);
 }
 
 }  // namespace mixtrain::kernels

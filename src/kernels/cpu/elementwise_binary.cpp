@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise_loops.h"
+#include "kernels/cpu/register.h"
 #include "kernels/elementwise.h"
+#include "kernels/cpu/host_ptr.h"
 
 namespace mixtrain::kernels {
 namespace {
@@ -95,8 +97,8 @@ void raw_loop(const F& f, const Tensor& out, TensorFor<Ins>... ins) {
   constexpr int N = 1 + sizeof...(Ins);
   const int64_t n = out.numel();
   if (n == 0) return;
-  Out* const o = static_cast<Out*>(out.raw_data());
-  const std::tuple<const Ins*...> p{static_cast<const Ins*>(ins.raw_data())...};
+  Out* const o = static_cast<Out*>(host_data(out));
+  const std::tuple<const Ins*...> p{static_cast<const Ins*>(host_data(ins))...};
   StridedLayout<N> layout(out.shape(), {&out.strides(), &ins.strides()...});
   parallel_for(n, kGrainSize, [&](int64_t b, int64_t e) {
     strided_ranges<N>(
@@ -163,48 +165,21 @@ struct CompareScalar {
   };
 };
 
-struct BinaryTables {
-  std::vector<DispatchTable<BinaryFn>> arithmetic;
-  std::vector<DispatchTable<TernaryFn>> ternary;
-  std::vector<DispatchTable<CompareScalarFn>> compare_scalar;
-  DispatchTable<WhereFn> where{"where"};
-  DispatchTable<MaskedFillFn> masked_fill{"masked_fill"};
-  DispatchTable<CompareFn> eq{"eq"};
-
-  BinaryTables() {
-    for (const char* name : {"add", "mul", "div", "pow"}) arithmetic.emplace_back(name);
-    register_floating<Binary<add_op>::Kernel>(arithmetic[static_cast<int>(BinaryOp::kAdd)], kCPU);
-    register_floating<Binary<mul_op>::Kernel>(arithmetic[static_cast<int>(BinaryOp::kMul)], kCPU);
-    register_floating<Binary<div_op>::Kernel>(arithmetic[static_cast<int>(BinaryOp::kDiv)], kCPU);
-    register_floating<Binary<pow_op>::Kernel>(arithmetic[static_cast<int>(BinaryOp::kPow)], kCPU);
-    for (const char* name : {"div", "pow", "pow"}) ternary.emplace_back(name);  // named after their forward op
-    register_floating<Ternary<div_grad_b_op>::Kernel>(ternary[static_cast<int>(TernaryOp::kDivGradB)], kCPU);
-    register_floating<Ternary<pow_grad_base_op>::Kernel>(ternary[static_cast<int>(TernaryOp::kPowGradBase)], kCPU);
-    register_floating<Ternary<pow_grad_exponent_op>::Kernel>(ternary[static_cast<int>(TernaryOp::kPowGradExponent)],
-                                                             kCPU);
-    for (const char* name : {"gt", "lt"}) compare_scalar.emplace_back(name);
-    register_all_dtypes<CompareScalar<Greater>::Kernel>(compare_scalar[static_cast<int>(CompareOp::kGt)], kCPU);
-    register_all_dtypes<CompareScalar<Less>::Kernel>(compare_scalar[static_cast<int>(CompareOp::kLt)], kCPU);
-    register_all_dtypes<WhereKernel>(where, kCPU);
-    register_all_dtypes<MaskedFillKernel>(masked_fill, kCPU);
-    register_all_dtypes<EqKernel>(eq, kCPU);
-  }
-};
-
-const BinaryTables& tables() {
-  static const BinaryTables t;
-  return t;
-}
-
 }  // namespace
 
-const DispatchTable<BinaryFn>& binary_kernel(BinaryOp op) { return tables().arithmetic[static_cast<int>(op)]; }
-const DispatchTable<TernaryFn>& ternary_kernel(TernaryOp op) { return tables().ternary[static_cast<int>(op)]; }
-const DispatchTable<WhereFn>& where_kernel() { return tables().where; }
-const DispatchTable<MaskedFillFn>& masked_fill_kernel() { return tables().masked_fill; }
-const DispatchTable<CompareFn>& eq_kernel() { return tables().eq; }
-const DispatchTable<CompareScalarFn>& compare_scalar_kernel(CompareOp op) {
-  return tables().compare_scalar[static_cast<int>(op)];
+void register_cpu_binary(const Registry& r) {
+  r.floating<Binary<add_op>::Kernel>(binary_tables[static_cast<int>(BinaryOp::kAdd)]);
+  r.floating<Binary<mul_op>::Kernel>(binary_tables[static_cast<int>(BinaryOp::kMul)]);
+  r.floating<Binary<div_op>::Kernel>(binary_tables[static_cast<int>(BinaryOp::kDiv)]);
+  r.floating<Binary<pow_op>::Kernel>(binary_tables[static_cast<int>(BinaryOp::kPow)]);
+  r.floating<Ternary<div_grad_b_op>::Kernel>(ternary_tables[static_cast<int>(TernaryOp::kDivGradB)]);
+  r.floating<Ternary<pow_grad_base_op>::Kernel>(ternary_tables[static_cast<int>(TernaryOp::kPowGradBase)]);
+  r.floating<Ternary<pow_grad_exponent_op>::Kernel>(ternary_tables[static_cast<int>(TernaryOp::kPowGradExponent)]);
+  r.all_dtypes<CompareScalar<Greater>::Kernel>(compare_scalar_tables[static_cast<int>(CompareOp::kGt)]);
+  r.all_dtypes<CompareScalar<Less>::Kernel>(compare_scalar_tables[static_cast<int>(CompareOp::kLt)]);
+  r.all_dtypes<WhereKernel>(where_table);
+  r.all_dtypes<MaskedFillKernel>(masked_fill_table);
+  r.all_dtypes<EqKernel>(eq_table);
 }
 
 }  // namespace mixtrain::kernels

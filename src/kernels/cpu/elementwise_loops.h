@@ -31,6 +31,7 @@
 #include "kernels/elementwise.h"
 #include "mixtrain/cpu.h"
 #include "mixtrain/half.h"
+#include "kernels/cpu/host_ptr.h"
 
 namespace mixtrain::kernels::ew {
 
@@ -118,8 +119,8 @@ void map(const F& f, const Tensor& out, const Ins&... ins) {
   constexpr int N = M + 1;
   const int64_t n = out.numel();
   if (n == 0) return;
-  T* const o = static_cast<T*>(out.raw_data());
-  const std::array<const T*, M> p{static_cast<const T*>(ins.raw_data())...};
+  T* const o = static_cast<T*>(host_data(out));
+  const std::array<const T*, M> p{static_cast<const T*>(host_data(ins))...};
   const cpu::Isa isa = cpu::isa();
 
   // One run of `len` elements: out at dst (stride ds), inputs at src[k] (stride st[k]).

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise_loops.h"
+#include "kernels/cpu/register.h"
 #include "kernels/cpu/fast_math.h"
 #include "kernels/elementwise.h"
 
@@ -234,46 +235,30 @@ struct Unary {
   };
 };
 
-constexpr const char* kUnaryNames[] = {
-#define MT_UNARY_NAME(name) #name,
-    MT_FORALL_UNARY_KERNELS(MT_UNARY_NAME)
-#undef MT_UNARY_NAME
-};
-
-struct UnaryTables {
-  std::vector<DispatchTable<UnaryFn>> forward;
-  std::vector<DispatchTable<UnaryBackwardFn>> backward;
-  UnaryTables() {
-    for (const char* name : kUnaryNames) {
-      forward.emplace_back(name);
-      backward.emplace_back(name);  // the op name: errors read "gelu: no kernel for dtype ..."
-    }
-#define MT_REGISTER_FORWARD(name) \
-  register_floating<Unary<name##_op>::Forward>(forward[static_cast<int>(UnaryOp::k_##name)], kCPU);
-    MT_FORALL_UNARY_KERNELS(MT_REGISTER_FORWARD)
-#undef MT_REGISTER_FORWARD
-#define MT_REGISTER_BACKWARD(name) \
-  register_floating<Unary<name##_op>::Backward>(backward[static_cast<int>(UnaryOp::k_##name)], kCPU);
-    // Ops whose backward is one fused pass (neg, add_scalar and mul_scalar compose other ops).
-    MT_REGISTER_BACKWARD(exp)
-    MT_REGISTER_BACKWARD(log) MT_REGISTER_BACKWARD(sqrt) MT_REGISTER_BACKWARD(rsqrt) MT_REGISTER_BACKWARD(tanh)
-        MT_REGISTER_BACKWARD(sigmoid) MT_REGISTER_BACKWARD(relu) MT_REGISTER_BACKWARD(gelu)
-            MT_REGISTER_BACKWARD(gelu_tanh) MT_REGISTER_BACKWARD(silu) MT_REGISTER_BACKWARD(clamp)
-                MT_REGISTER_BACKWARD(square) MT_REGISTER_BACKWARD(pow_scalar)
-#undef MT_REGISTER_BACKWARD
-  }
-};
-
-const UnaryTables& unary_tables() {
-  static const UnaryTables tables;
-  return tables;
-}
 
 }  // namespace
 
-const DispatchTable<UnaryFn>& unary_kernel(UnaryOp op) { return unary_tables().forward[static_cast<int>(op)]; }
-const DispatchTable<UnaryBackwardFn>& unary_backward_kernel(UnaryOp op) {
-  return unary_tables().backward[static_cast<int>(op)];
+void register_cpu_unary(const Registry& r) {
+#define MT_REGISTER_FORWARD(name) r.floating<Unary<name##_op>::Forward>(unary_forward_tables[static_cast<int>(UnaryOp::k_##name)]);
+  MT_FORALL_UNARY_KERNELS(MT_REGISTER_FORWARD)
+#undef MT_REGISTER_FORWARD
+#define MT_REGISTER_BACKWARD(name) \
+  r.floating<Unary<name##_op>::Backward>(unary_backward_tables[static_cast<int>(UnaryOp::k_##name)]);
+  // Ops whose backward is one fused pass (neg, add_scalar and mul_scalar compose other ops).
+  MT_REGISTER_BACKWARD(exp)
+  MT_REGISTER_BACKWARD(log)
+  MT_REGISTER_BACKWARD(sqrt)
+  MT_REGISTER_BACKWARD(rsqrt)
+  MT_REGISTER_BACKWARD(tanh)
+  MT_REGISTER_BACKWARD(sigmoid)
+  MT_REGISTER_BACKWARD(relu)
+  MT_REGISTER_BACKWARD(gelu)
+  MT_REGISTER_BACKWARD(gelu_tanh)
+  MT_REGISTER_BACKWARD(silu)
+  MT_REGISTER_BACKWARD(clamp)
+  MT_REGISTER_BACKWARD(square)
+  MT_REGISTER_BACKWARD(pow_scalar)
+#undef MT_REGISTER_BACKWARD
 }
 
 }  // namespace mixtrain::kernels

@@ -20,6 +20,7 @@
 #include "mixtrain/dtype.h"
 #include "mixtrain/error.h"
 #include "mixtrain/tensor.h"
+#include "kernels/cpu/host_ptr.h"
 
 namespace mixtrain::kernels {
 
@@ -168,8 +169,8 @@ template <typename Compute, typename Out, typename... Ins, typename F>
 void cpu_kernel(const Tensor& out, F&& f, TensorFor<Ins>... ins) {
   constexpr int N = 1 + sizeof...(Ins);
   static_assert(sizeof...(ins) == sizeof...(Ins));
-  Out* out_ptr = static_cast<Out*>(out.raw_data());
-  std::tuple<const Ins*...> in_ptrs{static_cast<const Ins*>(ins.raw_data())...};
+  Out* out_ptr = static_cast<Out*>(host_data(out));
+  std::tuple<const Ins*...> in_ptrs{static_cast<const Ins*>(host_data(ins))...};
   const int64_t n = out.numel();
 
   bool all_contiguous = out.is_contiguous() && (ins.is_contiguous() && ...);

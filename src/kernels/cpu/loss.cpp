@@ -17,11 +17,11 @@
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/loss.h"
 #include "kernels/shape_ops.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 
-DispatchTable<ClassLossFwdFn> class_loss_fwd("cross_entropy");
-DispatchTable<ClassLossBwdFn> class_loss_bwd("cross_entropy_backward");
 
 namespace {
 
@@ -32,13 +32,13 @@ struct ClassLossFwd {
     using F = opmath_t<T>;
     const int64_t M = target.numel();
     const int64_t C = M == 0 ? 0 : input.numel() / M;
-    const T* xp = input.data_ptr<T>();
-    F* lp = p.log_probs ? nullptr : lse.data_ptr<F>();
+    const T* xp = host_ptr<T>(input);
+    F* lp = p.log_probs ? nullptr : host_ptr<F>(lse);
     const F eps = static_cast<F>(p.label_smoothing);
     std::vector<F> loss(static_cast<size_t>(M));
     std::vector<uint8_t> valid(static_cast<size_t>(M));
     dispatch_index(target.dtype(), "cross_entropy", [&]<typename I>() {
-      const I* tp = target.data_ptr<I>();
+      const I* tp = host_ptr<I>(target);
       parallel_for(M, nnvec::row_grain(p.log_probs ? 1 : C), [&](int64_t begin, int64_t end) {
         F* buf = nnvec::scratch<F>(0, C);
         for (int64_t r = begin; r < end; ++r) {
@@ -65,7 +65,7 @@ struct ClassLossFwd {
     });
     int64_t valid_rows = 0;
     for (uint8_t v : valid) valid_rows += v;
-    T* op = out.data_ptr<T>();
+    T* op = host_ptr<T>(out);
     if (p.reduction == Reduction::kNone) {
       for (int64_t r = 0; r < M; ++r) op[r] = convert<T>(loss[r]);
     } else {
@@ -84,17 +84,17 @@ struct ClassLossBwd {
     using F = opmath_t<T>;
     const int64_t M = target.numel();
     const int64_t C = M == 0 ? 0 : input.numel() / M;
-    const T* xp = input.data_ptr<T>();
-    const F* lp = p.log_probs ? nullptr : lse.data_ptr<F>();
-    const T* gyp = gy.data_ptr<T>();
-    T* gxp = gx.data_ptr<T>();
+    const T* xp = host_ptr<T>(input);
+    const F* lp = p.log_probs ? nullptr : host_ptr<F>(lse);
+    const T* gyp = host_ptr<T>(gy);
+    T* gxp = host_ptr<T>(gx);
     const F eps = static_cast<F>(p.label_smoothing);
     const bool per_row = p.reduction == Reduction::kNone;
     const F common = per_row ? F(0)
                      : p.reduction == Reduction::kMean ? convert<F>(gyp[0]) / static_cast<F>(valid_rows)
                                                        : convert<F>(gyp[0]);
     dispatch_index(target.dtype(), "cross_entropy", [&]<typename I>() {
-      const I* tp = target.data_ptr<I>();
+      const I* tp = host_ptr<I>(target);
       parallel_for(M, nnvec::row_grain(C), [&](int64_t begin, int64_t end) {
         F* xbuf = nnvec::scratch<F>(0, C);
         F* gbuf = nnvec::scratch<F>(1, C);
@@ -117,11 +117,11 @@ struct ClassLossBwd {
   }
 };
 
-[[maybe_unused]] const bool registered = [] {
-  register_floating<ClassLossFwd>(class_loss_fwd, kCPU);
-  register_floating<ClassLossBwd>(class_loss_bwd, kCPU);
-  return true;
-}();
-
 }  // namespace
+
+void register_cpu_class_loss(const Registry& r) {
+  r.floating<ClassLossFwd>(class_loss_fwd);
+  r.floating<ClassLossBwd>(class_loss_bwd);
+}
+
 }  // namespace mixtrain::kernels

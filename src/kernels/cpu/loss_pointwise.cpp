@@ -8,11 +8,11 @@
 
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/loss.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 
-DispatchTable<PointwiseLossFwdFn> pointwise_loss_fwd("pointwise_loss");
-DispatchTable<PointwiseLossBwdFn> pointwise_loss_bwd("pointwise_loss_backward");
 
 namespace {
 
@@ -82,15 +82,15 @@ template <typename Loss, typename T>
 int64_t forward(const Tensor& input, const Tensor& target, const Tensor& out, Reduction reduction) {
   using F = opmath_t<T>;
   const int64_t n = input.numel();
-  const T* xp = input.data_ptr<T>();
-  const T* tp = target.data_ptr<T>();
+  const T* xp = host_ptr<T>(input);
+  const T* tp = host_ptr<T>(target);
   if constexpr (Loss::kProbabilities) {
     for (int64_t i = 0; i < n; ++i) {
       const F v = convert<F>(xp[i]);
       if (!(v >= F(0) && v <= F(1))) return i;
     }
   }
-  T* op = out.data_ptr<T>();
+  T* op = host_ptr<T>(out);
   if (reduction == Reduction::kNone) {
     parallel_for(n, kGrainSize / 8, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) op[i] = convert<T>(Loss::value(convert<F>(xp[i]), convert<F>(tp[i])));
@@ -111,11 +111,11 @@ void backward(const Tensor& input, const Tensor& target, const Tensor& gy, const
               Reduction reduction) {
   using F = opmath_t<T>;
   const int64_t n = input.numel();
-  const T* xp = input.data_ptr<T>();
-  const T* tp = target.data_ptr<T>();
-  const T* gyp = gy.data_ptr<T>();
-  T* gxp = gx.defined() ? gx.data_ptr<T>() : nullptr;
-  T* gtp = gt.defined() ? gt.data_ptr<T>() : nullptr;
+  const T* xp = host_ptr<T>(input);
+  const T* tp = host_ptr<T>(target);
+  const T* gyp = host_ptr<T>(gy);
+  T* gxp = gx.defined() ? host_ptr<T>(gx) : nullptr;
+  T* gtp = gt.defined() ? host_ptr<T>(gt) : nullptr;
   const bool per_element = reduction == Reduction::kNone;
   const F common = per_element ? F(0)
                    : reduction == Reduction::kMean ? convert<F>(gyp[0]) / static_cast<F>(n)
@@ -157,11 +157,11 @@ struct PointwiseLossBwd {
   }
 };
 
-[[maybe_unused]] const bool registered = [] {
-  register_floating<PointwiseLossFwd>(pointwise_loss_fwd, kCPU);
-  register_floating<PointwiseLossBwd>(pointwise_loss_bwd, kCPU);
-  return true;
-}();
-
 }  // namespace
+
+void register_cpu_pointwise_loss(const Registry& r) {
+  r.floating<PointwiseLossFwd>(pointwise_loss_fwd);
+  r.floating<PointwiseLossBwd>(pointwise_loss_bwd);
+}
+
 }  // namespace mixtrain::kernels

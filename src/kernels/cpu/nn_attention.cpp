@@ -20,11 +20,11 @@
 #include "kernels/cpu/attention_gemm.h"
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/nn.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 
-DispatchTable<AttentionFwdFn> attention_fwd("scaled_dot_product_attention");
-DispatchTable<AttentionBwdFn> attention_bwd("scaled_dot_product_attention_backward");
 
 namespace {
 
@@ -72,7 +72,7 @@ std::array<F*, N> scratch_blocks(const std::array<int64_t, N>& sizes) {
 // Base pointer of (b, h) in a tensor with (batch, head, time) strides st.
 template <typename T>
 T* head_ptr(const Tensor& t, const int64_t* st, int64_t b, int64_t h) {
-  return t.data_ptr<T>() + b * st[0] + h * st[1];
+  return host_ptr<T>(t) + b * st[0] + h * st[1];
 }
 
 // (batch, head) pairs per parallel task: at least ~2^18 multiply-adds each, so that tiny problems
@@ -103,7 +103,7 @@ struct AttentionFwd {
     using F = opmath_t<T>;
     const int64_t T_ = p.T, S = p.S, D = p.D, Dv = p.Dv, Bq = std::min(kQueryBlock, T_);
     if (p.batch * p.heads == 0 || T_ == 0) return;
-    F* lse_all = lse.data_ptr<F>();
+    F* lse_all = host_ptr<F>(lse);
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
       const auto [Kt, Vs, Qb, Sb, Ob, tmp] =
@@ -149,7 +149,7 @@ struct AttentionBwd {
     using F = opmath_t<T>;
     const int64_t T_ = p.T, S = p.S, D = p.D, Dv = p.Dv, Bq = std::max<int64_t>(1, std::min(kQueryBlock, T_));
     if (p.batch * p.heads == 0) return;
-    const F* lse_all = lse.data_ptr<F>();
+    const F* lse_all = host_ptr<F>(lse);
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
       const auto [Ks, Kt, Vt, dK, dV, Qb, dQb, dOb, Pb, dSb, tmp] = scratch_blocks<F, 11>(
@@ -203,11 +203,11 @@ struct AttentionBwd {
   }
 };
 
-[[maybe_unused]] const bool registered = [] {
-  register_floating<AttentionFwd>(attention_fwd, kCPU);
-  register_floating<AttentionBwd>(attention_bwd, kCPU);
-  return true;
-}();
-
 }  // namespace
+
+void register_cpu_attention(const Registry& r) {
+  r.floating<AttentionFwd>(attention_fwd);
+  r.floating<AttentionBwd>(attention_bwd);
+}
+
 }  // namespace mixtrain::kernels

@@ -6,6 +6,8 @@
 // rounded once on store. Reductions are split across threads by channel and the elementwise parts
 // by row, so results do not depend on the thread count.
 #include "kernels/nn_batch_norm.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 #include <cmath>
 
@@ -13,10 +15,6 @@
 
 namespace mixtrain::kernels {
 
-DispatchTable<BatchNormStatsFn> batch_norm_stats("batch_norm");
-DispatchTable<BatchNormForwardFn> batch_norm_forward("batch_norm");
-DispatchTable<BatchNormBackwardFn> batch_norm_backward("batch_norm backward");
-DispatchTable<BatchNormUpdateStatsFn> batch_norm_update_stats("batch_norm running-stats update");
 
 namespace {
 
@@ -30,7 +28,7 @@ struct Layout {
 
 template <typename A>
 A param_or(const Tensor& t, int64_t c, A fallback) {
-  return t.defined() ? t.data_ptr<A>()[c] : fallback;
+  return t.defined() ? host_ptr<A>(t)[c] : fallback;
 }
 
 template <typename T>
@@ -38,9 +36,9 @@ struct StatsKernel {
   static void run(const Tensor& x, const Tensor& mean, const Tensor& var) {
     using A = opmath_t<T>;
     const Layout L(x);
-    const T* px = x.data_ptr<T>();
-    A* pm = mean.data_ptr<A>();
-    A* pv = var.data_ptr<A>();
+    const T* px = host_ptr<T>(x);
+    A* pm = host_ptr<A>(mean);
+    A* pv = host_ptr<A>(var);
     const A inv_count = A(1) / static_cast<A>(L.N * L.S);
     parallel_for(L.C, L.channel_grain(), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
@@ -75,10 +73,10 @@ struct ForwardKernel {
                   const Tensor& bias, const Tensor& out) {
     using A = opmath_t<T>;
     const Layout L(x);
-    const T* px = x.data_ptr<T>();
-    T* po = out.data_ptr<T>();
-    const A* pm = mean.data_ptr<A>();
-    const A* pv = var.data_ptr<A>();
+    const T* px = host_ptr<T>(x);
+    T* po = host_ptr<T>(out);
+    const A* pm = host_ptr<A>(mean);
+    const A* pv = host_ptr<A>(var);
     parallel_for(L.N * L.C, L.row_grain(), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t c = r % L.C;
@@ -101,12 +99,12 @@ struct BackwardKernel {
                   const Tensor& grad_bias) {
     using A = opmath_t<T>;
     const Layout L(x);
-    const T* px = x.data_ptr<T>();
-    const T* pg = grad_out.data_ptr<T>();
-    const A* pm = mean.data_ptr<A>();
-    const A* pv = var.data_ptr<A>();
-    A* pgw = grad_weight.data_ptr<A>();
-    A* pgb = grad_bias.data_ptr<A>();
+    const T* px = host_ptr<T>(x);
+    const T* pg = host_ptr<T>(grad_out);
+    const A* pm = host_ptr<A>(mean);
+    const A* pv = host_ptr<A>(var);
+    A* pgw = host_ptr<A>(grad_weight);
+    A* pgb = host_ptr<A>(grad_bias);
     // Pass 1, per channel: sum_dy = sum(dy), sum_dy_xmu = sum(dy * (x - mean)).
     parallel_for(L.C, L.channel_grain(), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
@@ -132,7 +130,7 @@ struct BackwardKernel {
     //   eval:     dx = w invstd dy                                    (mean/var are constants)
     //   training: dx = w invstd (dy - sum_dy / M - x_hat sum(dy x_hat) / M)
     //               = a dy - k (x - mean) - a sum_dy / M   with a = w invstd, k = a invstd^2 sum_dy_xmu / M.
-    T* pdx = grad_x.data_ptr<T>();
+    T* pdx = host_ptr<T>(grad_x);
     const A inv_count = A(1) / static_cast<A>(L.N * L.S);
     parallel_for(L.N * L.C, L.row_grain(), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
@@ -158,13 +156,13 @@ struct UpdateStatsKernel {
   static void run(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean, const Tensor& var,
                   double momentum, int64_t count) {
     const int64_t C = running_mean.numel();
-    R* rm = static_cast<R*>(running_mean.raw_data());
-    R* rv = static_cast<R*>(running_var.raw_data());
+    R* rm = static_cast<R*>(host_data(running_mean));
+    R* rv = static_cast<R*>(host_data(running_var));
     const int64_t sm = running_mean.stride(0), sv = running_var.stride(0);
     const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
     auto update = [&]<typename A>() {
-      const A* pm = mean.data_ptr<A>();
-      const A* pv = var.data_ptr<A>();
+      const A* pm = host_ptr<A>(mean);
+      const A* pv = host_ptr<A>(var);
       for (int64_t c = 0; c < C; ++c) {
         // In double: the update is tiny next to the value and must not be rounded twice.
         double m = convert<double>(rm[c * sm]), v = convert<double>(rv[c * sv]);
@@ -179,15 +177,13 @@ struct UpdateStatsKernel {
   }
 };
 
-struct Registrar {
-  Registrar() {
-    register_floating<StatsKernel>(batch_norm_stats, kCPU);
-    register_floating<ForwardKernel>(batch_norm_forward, kCPU);
-    register_floating<BackwardKernel>(batch_norm_backward, kCPU);
-    register_floating<UpdateStatsKernel>(batch_norm_update_stats, kCPU);
-  }
-};
-const Registrar registrar;
-
 }  // namespace
+
+void register_cpu_batch_norm(const Registry& r) {
+  r.floating<StatsKernel>(batch_norm_stats);
+  r.floating<ForwardKernel>(batch_norm_forward);
+  r.floating<BackwardKernel>(batch_norm_backward);
+  r.floating<UpdateStatsKernel>(batch_norm_update_stats);
+}
+
 }  // namespace mixtrain::kernels

@@ -6,11 +6,11 @@
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/nn.h"
 #include "mixtrain/random.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 
-DispatchTable<DropoutFwdFn> dropout_fwd("dropout");
-DispatchTable<DropoutBwdFn> dropout_bwd("dropout_backward");
 
 namespace {
 
@@ -25,9 +25,9 @@ struct DropoutFwd {
     const int64_t n = x.numel();
     const float keep = static_cast<float>(1.0 - p);
     const F scale = static_cast<F>(1.0 / (1.0 - p));
-    const T* xp = x.data_ptr<T>();
-    T* yp = y.data_ptr<T>();
-    uint8_t* mp = mask.data_ptr<uint8_t>();
+    const T* xp = host_ptr<T>(x);
+    T* yp = host_ptr<T>(y);
+    uint8_t* mp = host_ptr<uint8_t>(mask);
     parallel_for((n + 3) / 4, kBlockGrain, [&](int64_t begin, int64_t end) {
       for (int64_t blk = begin; blk < end; ++blk) {
         const auto r = random::philox(first_block + static_cast<uint64_t>(blk), seed);
@@ -50,11 +50,11 @@ struct DropoutBwd {
   }
 };
 
-[[maybe_unused]] const bool registered = [] {
-  register_floating<DropoutFwd>(dropout_fwd, kCPU);
-  register_floating<DropoutBwd>(dropout_bwd, kCPU);
-  return true;
-}();
-
 }  // namespace
+
+void register_cpu_dropout(const Registry& r) {
+  r.floating<DropoutFwd>(dropout_fwd);
+  r.floating<DropoutBwd>(dropout_bwd);
+}
+
 }  // namespace mixtrain::kernels

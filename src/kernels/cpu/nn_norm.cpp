@@ -12,11 +12,11 @@
 #include "kernels/copy.h"
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/nn.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 
-DispatchTable<LayerNormFwdFn> layer_norm_fwd("layer_norm");
-DispatchTable<LayerNormBwdFn> layer_norm_bwd("layer_norm_backward");
 
 namespace {
 
@@ -26,7 +26,7 @@ std::vector<F> load_param(const Tensor& t, int64_t cols, F fill) {
   std::vector<F> v(static_cast<size_t>(cols), fill);
   if (!t.defined()) return v;
   dispatch_floating(t.dtype(), "layer_norm", [&]<typename P>() {
-    const P* p = t.data_ptr<P>();
+    const P* p = host_ptr<P>(t);
     for (int64_t i = 0; i < cols; ++i) v[i] = convert<F>(p[i]);
   });
   return v;
@@ -37,7 +37,7 @@ template <typename F>
 void store_param(const F* v, const Tensor& t) {
   if (!t.defined()) return;
   dispatch_floating(t.dtype(), "layer_norm_backward", [&]<typename P>() {
-    P* p = t.data_ptr<P>();
+    P* p = host_ptr<P>(t);
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = convert<P>(v[i]);
   });
 }
@@ -52,10 +52,10 @@ struct LayerNormFwd {
     const int64_t cols = x.numel() / rows;
     const std::vector<F> w = load_param<F>(weight, cols, F(1));
     const std::vector<F> b = load_param<F>(bias, cols, F(0));
-    const T* xp = x.data_ptr<T>();
-    T* yp = y.data_ptr<T>();
-    F* mp = mean.data_ptr<F>();
-    F* rp = rstd.data_ptr<F>();
+    const T* xp = host_ptr<T>(x);
+    T* yp = host_ptr<T>(y);
+    F* mp = host_ptr<F>(mean);
+    F* rp = host_ptr<F>(rstd);
     parallel_for(rows, nnvec::row_grain(cols), [&](int64_t begin, int64_t end) {
       F* xbuf = nnvec::scratch<F>(0, cols);
       F* ybuf = nnvec::scratch<F>(1, cols);
@@ -100,11 +100,11 @@ struct LayerNormBwd {
       pw.assign(static_cast<size_t>(blocks * cols), F(0));
       pb.assign(static_cast<size_t>(blocks * cols), F(0));
     }
-    const T* gyp = gy.data_ptr<T>();
-    const T* xp = x.data_ptr<T>();
-    const F* mp = mean.data_ptr<F>();
-    const F* rp = rstd.data_ptr<F>();
-    T* gxp = gx.defined() ? gx.data_ptr<T>() : nullptr;
+    const T* gyp = host_ptr<T>(gy);
+    const T* xp = host_ptr<T>(x);
+    const F* mp = host_ptr<F>(mean);
+    const F* rp = host_ptr<F>(rstd);
+    T* gxp = gx.defined() ? host_ptr<T>(gx) : nullptr;
     parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
       F* xbuf = nnvec::scratch<F>(0, cols);
       F* gbuf = nnvec::scratch<F>(1, cols);
@@ -139,11 +139,11 @@ struct LayerNormBwd {
   }
 };
 
-[[maybe_unused]] const bool registered = [] {
-  register_floating<LayerNormFwd>(layer_norm_fwd, kCPU);
-  register_floating<LayerNormBwd>(layer_norm_bwd, kCPU);
-  return true;
-}();
-
 }  // namespace
+
+void register_cpu_layer_norm(const Registry& r) {
+  r.floating<LayerNormFwd>(layer_norm_fwd);
+  r.floating<LayerNormBwd>(layer_norm_bwd);
+}
+
 }  // namespace mixtrain::kernels

@@ -19,6 +19,8 @@
 #include "kernels/elementwise.h"
 #include "kernels/nn.h"
 #include "mixtrain/cpu.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MT_POOL_AVX512 1
@@ -34,10 +36,6 @@
 
 namespace mixtrain::kernels {
 
-DispatchTable<MaxPool2dFwdFn> max_pool2d_fwd("max_pool2d");
-DispatchTable<MaxPool2dBwdFn> max_pool2d_bwd("max_pool2d_backward");
-DispatchTable<AvgPool2dFwdFn> avg_pool2d_fwd("avg_pool2d");
-DispatchTable<AvgPool2dBwdFn> avg_pool2d_bwd("avg_pool2d_backward");
 
 namespace {
 
@@ -250,9 +248,9 @@ void for_2x2_rows(int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t row_
 template <typename T>
 void max_pool_2x2_fwd(const Tensor& x, const Tensor& y, const Tensor& argmax) {
   const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
-  const T* xp = x.data_ptr<T>();
-  T* yp = y.data_ptr<T>();
-  uint8_t* ap = argmax.data_ptr<uint8_t>();
+  const T* xp = host_ptr<T>(x);
+  T* yp = host_ptr<T>(y);
+  uint8_t* ap = host_ptr<uint8_t>(argmax);
   const bool vec = use_avx512() && !std::is_same_v<T, double>;
   for_2x2_rows(x.size(0) * x.size(1), H, W, OH, 4 * OW, [&](int64_t r, int64_t in) {
 #if MT_POOL_AVX512
@@ -267,9 +265,9 @@ void max_pool_2x2_fwd(const Tensor& x, const Tensor& y, const Tensor& argmax) {
 template <typename T>
 void max_pool_2x2_bwd(const Tensor& gy, const Tensor& argmax, const Tensor& gx) {
   const int64_t H = gx.size(2), W = gx.size(3), OH = gy.size(2), OW = gy.size(3);
-  const T* gp = gy.data_ptr<T>();
-  const uint8_t* ap = argmax.data_ptr<uint8_t>();
-  T* xp = gx.data_ptr<T>();
+  const T* gp = host_ptr<T>(gy);
+  const uint8_t* ap = host_ptr<uint8_t>(argmax);
+  T* xp = host_ptr<T>(gx);
   const bool vec = use_avx512() && !std::is_same_v<T, double>;
   for_2x2_rows(gy.size(0) * gy.size(1), H, W, OH, 4 * OW, [&](int64_t r, int64_t in) {
     T* gx0 = xp + in;
@@ -293,8 +291,8 @@ template <typename T, typename I>
 void max_pool_general_fwd(const Tensor& x, const Tensor& y, const Tensor& argmax, const Pool2dParams& p) {
   using F = opmath_t<T>;
   const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
-  I* ap = argmax.data_ptr<I>();
-  for_planes<F>(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, x.data_ptr<T>(), H * W, y.data_ptr<T>(), OH * OW,
+  I* ap = host_ptr<I>(argmax);
+  for_planes<F>(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, host_ptr<T>(x), H * W, host_ptr<T>(y), OH * OW,
                 [&](const F* xr, F* yr, int64_t pl) {
                   I* ar = ap + pl * OH * OW;
                   for_windows(p, H, W, OH, OW, [&](int64_t o, const Window& win) {
@@ -321,8 +319,8 @@ template <typename T, typename I>
 void max_pool_general_bwd(const Tensor& gy, const Tensor& argmax, const Tensor& gx, const Pool2dParams& p) {
   using F = opmath_t<T>;
   const int64_t H = gx.size(2), W = gx.size(3), OH = gy.size(2), OW = gy.size(3);
-  const I* ap = argmax.data_ptr<I>();
-  for_planes<F>(gx.size(0) * gx.size(1), H * W + OH * OW, gy.data_ptr<T>(), OH * OW, gx.data_ptr<T>(), H * W,
+  const I* ap = host_ptr<I>(argmax);
+  for_planes<F>(gx.size(0) * gx.size(1), H * W + OH * OW, host_ptr<T>(gy), OH * OW, host_ptr<T>(gx), H * W,
                 [&](const F* gr, F* acc, int64_t pl) {
                   for (int64_t i = 0; i < H * W; ++i) acc[i] = F(0);
                   const I* ar = ap + pl * OH * OW;
@@ -360,7 +358,7 @@ struct AvgPoolFwd {
   static void run(const Tensor& x, const Tensor& y, const Pool2dParams& p) {
     using F = opmath_t<T>;
     const int64_t H = x.size(2), W = x.size(3), OH = y.size(2), OW = y.size(3);
-    for_planes<F>(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, x.data_ptr<T>(), H * W, y.data_ptr<T>(),
+    for_planes<F>(x.size(0) * x.size(1), H * W + OH * OW * p.kh * p.kw, host_ptr<T>(x), H * W, host_ptr<T>(y),
                   OH * OW, [&](const F* xr, F* yr, int64_t) {
                     for_windows(p, H, W, OH, OW, [&](int64_t o, const Window& win) {
                       F s = 0;
@@ -377,7 +375,7 @@ struct AvgPoolBwd {
   static void run(const Tensor& gy, const Tensor& gx, const Pool2dParams& p) {
     using F = opmath_t<T>;
     const int64_t H = gx.size(2), W = gx.size(3), OH = gy.size(2), OW = gy.size(3);
-    for_planes<F>(gx.size(0) * gx.size(1), H * W + OH * OW * p.kh * p.kw, gy.data_ptr<T>(), OH * OW, gx.data_ptr<T>(),
+    for_planes<F>(gx.size(0) * gx.size(1), H * W + OH * OW * p.kh * p.kw, host_ptr<T>(gy), OH * OW, host_ptr<T>(gx),
                   H * W, [&](const F* gr, F* acc, int64_t) {
                     for (int64_t i = 0; i < H * W; ++i) acc[i] = F(0);
                     for_windows(p, H, W, OH, OW, [&](int64_t o, const Window& win) {
@@ -389,13 +387,13 @@ struct AvgPoolBwd {
   }
 };
 
-[[maybe_unused]] const bool registered = [] {
-  register_floating<MaxPoolFwd>(max_pool2d_fwd, kCPU);
-  register_floating<MaxPoolBwd>(max_pool2d_bwd, kCPU);
-  register_floating<AvgPoolFwd>(avg_pool2d_fwd, kCPU);
-  register_floating<AvgPoolBwd>(avg_pool2d_bwd, kCPU);
-  return true;
-}();
-
 }  // namespace
+
+void register_cpu_pool(const Registry& r) {
+  r.floating<MaxPoolFwd>(max_pool2d_fwd);
+  r.floating<MaxPoolBwd>(max_pool2d_bwd);
+  r.floating<AvgPoolFwd>(avg_pool2d_fwd);
+  r.floating<AvgPoolBwd>(avg_pool2d_bwd);
+}
+
 }  // namespace mixtrain::kernels

@@ -10,11 +10,11 @@
 
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/nn.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 
-DispatchTable<SoftmaxFwdFn> softmax_fwd("softmax");
-DispatchTable<SoftmaxBwdFn> softmax_bwd("softmax_backward");
 
 namespace {
 
@@ -153,8 +153,8 @@ template <typename T>
 struct SoftmaxFwd {
   static void run(const Tensor& x, const Tensor& y, const SoftmaxParams& p) {
     dispatch_floating(y.dtype(), "softmax", [&]<typename U>() {
-      const T* xp = x.data_ptr<T>();
-      U* yp = y.data_ptr<U>();
+      const T* xp = host_ptr<T>(x);
+      U* yp = host_ptr<U>(y);
       if (p.inner == 1) {
         forward_rows(xp, yp, p);
       } else {
@@ -168,9 +168,9 @@ template <typename T>
 struct SoftmaxBwd {
   static void run(const Tensor& gy, const Tensor& y, const Tensor& gx, const SoftmaxParams& p) {
     dispatch_floating(y.dtype(), "softmax_backward", [&]<typename U>() {
-      const U* gp = gy.data_ptr<U>();
-      const U* yp = y.data_ptr<U>();
-      T* gxp = gx.data_ptr<T>();
+      const U* gp = host_ptr<U>(gy);
+      const U* yp = host_ptr<U>(y);
+      T* gxp = host_ptr<T>(gx);
       if (p.inner == 1) {
         backward_rows(gp, yp, gxp, p);
       } else {
@@ -180,11 +180,11 @@ struct SoftmaxBwd {
   }
 };
 
-[[maybe_unused]] const bool registered = [] {
-  register_floating<SoftmaxFwd>(softmax_fwd, kCPU);
-  register_floating<SoftmaxBwd>(softmax_bwd, kCPU);
-  return true;
-}();
-
 }  // namespace
+
+void register_cpu_softmax(const Registry& r) {
+  r.floating<SoftmaxFwd>(softmax_fwd);
+  r.floating<SoftmaxBwd>(softmax_bwd);
+}
+
 }  // namespace mixtrain::kernels

@@ -17,7 +17,9 @@
 // whole update of 16 elements in registers (one read and one write per tensor and element, no
 // intermediate buffers); it performs the same operations in the same order (explicitly rounded, so
 // never contracted into FMAs) and gives the bits of the block path, which tests check.
-#include "kernels/cpu/optim_kernels.h"
+#include "kernels/optim.h"
+#include "kernels/cpu/register.h"
+#include "kernels/cpu/host_ptr.h"
 
 #include <omp.h>
 
@@ -278,12 +280,12 @@ struct ParamBlocks {
 };
 
 uint16_t* low_half(const Tensor& master_low) {
-  return master_low.defined() ? reinterpret_cast<uint16_t*>(master_low.data_ptr<uint8_t>()) : nullptr;
+  return master_low.defined() ? reinterpret_cast<uint16_t*>(host_ptr<uint8_t>(master_low)) : nullptr;
 }
 
 template <typename T>
 ParamBlocks<T> param_blocks(const Tensor& param, const Tensor& master, const Tensor& master_low) {
-  return {param.data_ptr<T>(), master.defined() ? master.data_ptr<float>() : nullptr, low_half(master_low)};
+  return {host_ptr<T>(param), master.defined() ? host_ptr<float>(master) : nullptr, low_half(master_low)};
 }
 
 // g = grad * inv_scale (the multiply is exact and skipped when inv_scale is 1).
@@ -297,8 +299,8 @@ void load_grad(const T* grad, int64_t s, float* g, int64_t n, float inv) {
 template <typename T>
 void sgd_chunk(const SgdTensors& t, const SgdHyper& h, int64_t b, int64_t e) {
   const ParamBlocks<T> p = param_blocks<T>(t.param, t.master, t.master_low);
-  const T* grad = t.grad.data_ptr<T>();
-  float* buf_all = t.momentum_buffer.defined() ? t.momentum_buffer.data_ptr<float>() : nullptr;
+  const T* grad = host_ptr<T>(t.grad);
+  float* buf_all = t.momentum_buffer.defined() ? host_ptr<float>(t.momentum_buffer) : nullptr;
   const float wd = static_cast<float>(h.weight_decay), mom = static_cast<float>(h.momentum);
   const float one_minus_damp = static_cast<float>(1.0 - h.dampening), neg_lr = static_cast<float>(-h.lr);
   alignas(64) float g[kBlock], x[kBlock];
@@ -355,10 +357,10 @@ AdamScalars adam_scalars(const AdamHyper& h, int64_t t) {
 template <typename T, typename M>
 void adam_chunk(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e) {
   const ParamBlocks<T> p = param_blocks<T>(t.param, t.master, t.master_low);
-  const T* grad = t.grad.data_ptr<T>();
-  M* m_all = t.exp_avg.data_ptr<M>();
-  float* v_all = t.exp_avg_sq.data_ptr<float>();
-  float* vmax_all = c.amsgrad ? t.max_exp_avg_sq.data_ptr<float>() : nullptr;
+  const T* grad = host_ptr<T>(t.grad);
+  M* m_all = host_ptr<M>(t.exp_avg);
+  float* v_all = host_ptr<float>(t.exp_avg_sq);
+  float* vmax_all = c.amsgrad ? host_ptr<float>(t.max_exp_avg_sq) : nullptr;
   alignas(64) float g[kBlock], x[kBlock], d[kBlock], mbuf[kBlock];
   for (int64_t s = b; s < e; s += kBlock) {
     const int64_t n = std::min(kBlock, e - s);
@@ -439,13 +441,13 @@ MT_AVX512_TARGET inline __m512 vsqrt(__m512 a) { return _mm512_sqrt_round_ps(a, 
 
 template <typename T, typename M>
 MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e) {
-  T* param = t.param.data_ptr<T>();
-  const T* grad = t.grad.data_ptr<T>();
-  float* master = t.master.defined() ? t.master.data_ptr<float>() : nullptr;
+  T* param = host_ptr<T>(t.param);
+  const T* grad = host_ptr<T>(t.grad);
+  float* master = t.master.defined() ? host_ptr<float>(t.master) : nullptr;
   uint16_t* low = low_half(t.master_low);
-  M* m_all = t.exp_avg.data_ptr<M>();
-  float* v_all = t.exp_avg_sq.data_ptr<float>();
-  float* vmax_all = c.amsgrad ? t.max_exp_avg_sq.data_ptr<float>() : nullptr;
+  M* m_all = host_ptr<M>(t.exp_avg);
+  float* v_all = host_ptr<float>(t.exp_avg_sq);
+  float* vmax_all = c.amsgrad ? host_ptr<float>(t.max_exp_avg_sq) : nullptr;
   const __m512 inv = _mm512_set1_ps(c.inv), decay = _mm512_set1_ps(c.decay), wd = _mm512_set1_ps(c.wd);
   const __m512 w = _mm512_set1_ps(c.w), one_minus_w = _mm512_set1_ps(c.one_minus_w);
   const __m512 b2 = _mm512_set1_ps(c.b2), one_minus_b2 = _mm512_set1_ps(c.one_minus_b2);
@@ -545,16 +547,14 @@ std::vector<int64_t> floating_numels(const std::vector<Tensor>& tensors, const c
   return numels;
 }
 
-}  // namespace
-
-int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float factor) {
+int64_t scale_and_check_cpu(const std::vector<Tensor>& tensors, float factor) {
   int64_t total = 0;
   std::vector<Chunk> chunks = make_chunks(floating_numels(tensors, "scale/unscale"), &total);
   std::vector<uint8_t> bad(chunks.size(), 0);
   run_chunks(chunks, total, [&](int64_t i, const Chunk& c) {
     const Tensor& t = tensors[c.tensor];
     dispatch_floating(t.dtype(), "scale", [&]<typename T>() {
-      T* base = static_cast<T*>(t.raw_data());
+      T* base = static_cast<T*>(host_data(t));
       bool b = false;
       for_each_run(t, c.begin, c.end, [&](int64_t off, int64_t count, int64_t stride) {
         b |= scale_run(base + off, count, stride, factor);
@@ -567,7 +567,7 @@ int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float f
   return -1;
 }
 
-std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors, double p) {
+std::vector<float> norm_partials_cpu(const std::vector<Tensor>& tensors, double p) {
   MT_CHECK(p > 0 && !std::isnan(p), "norm: norm_type must be > 0 or inf, got ", p);
   int64_t total = 0;
   std::vector<Chunk> chunks = make_chunks(floating_numels(tensors, "norm"), &total);
@@ -575,7 +575,7 @@ std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors
   run_chunks(chunks, total, [&](int64_t i, const Chunk& c) {
     const Tensor& t = tensors[c.tensor];
     dispatch_floating(t.dtype(), "norm", [&]<typename T>() {
-      const T* base = static_cast<const T*>(t.raw_data());
+      const T* base = static_cast<const T*>(host_data(t));
       float acc = 0.0f;
       bool nan = false;
       for_each_run(t, c.begin, c.end, [&](int64_t off, int64_t count, int64_t stride) {
@@ -598,7 +598,7 @@ std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors
   return out;
 }
 
-void sgd_step(const std::vector<SgdTensors>& tensors, const SgdHyper& h) {
+void sgd_step_cpu(const std::vector<SgdTensors>& tensors, const SgdHyper& h) {
   for (const auto& t : tensors) {
     check_step_tensors(t, "sgd_step");
     MT_INTERNAL_ASSERT(h.momentum == 0 || (t.momentum_buffer.defined() && t.momentum_buffer.dtype() == kFloat32),
@@ -607,7 +607,7 @@ void sgd_step(const std::vector<SgdTensors>& tensors, const SgdHyper& h) {
   run_step(tensors, [&]<typename T>(const SgdTensors& t, int64_t b, int64_t e) { sgd_chunk<T>(t, h, b, e); });
 }
 
-void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
+void adam_step_cpu(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
   for (const auto& t : tensors) {
     check_step_tensors(t, "adam_step");
     MT_INTERNAL_ASSERT(t.exp_avg.defined() && t.exp_avg_sq.defined() && (!h.amsgrad || t.max_exp_avg_sq.defined()),
@@ -636,6 +636,35 @@ void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
     else
       adam_chunk<T, float>(t, c, b, e);
   });
+}
+
+void unpack_master_cpu(const Tensor& param, const Tensor& low, const Tensor& master) {
+  const bfloat16* hi = host_ptr<bfloat16>(param);
+  const auto* lo = reinterpret_cast<const uint16_t*>(host_ptr<uint8_t>(low));
+  float* out = host_ptr<float>(master);
+  for (int64_t i = 0; i < param.numel(); ++i) out[i] = unpack_master(hi[i].x, lo[i]);
+}
+
+void pack_master_cpu(const Tensor& master, const Tensor& param, const Tensor& low) {
+  const float* in = host_ptr<float>(master);
+  bfloat16* hi = host_ptr<bfloat16>(param);
+  auto* lo = reinterpret_cast<uint16_t*>(host_ptr<uint8_t>(low));
+  for (int64_t i = 0; i < param.numel(); ++i) {
+    const PackedMaster packed = pack_master(in[i]);
+    hi[i] = bfloat16::from_bits(packed.param_bits);
+    lo[i] = packed.low;
+  }
+}
+
+}  // namespace
+
+void register_cpu_optim(const Registry& r) {
+  r.set(scale_and_check_table, kFloat32, &scale_and_check_cpu);
+  r.set(norm_partials_table, kFloat32, &norm_partials_cpu);
+  r.set(sgd_step_table, kFloat32, &sgd_step_cpu);
+  r.set(adam_step_table, kFloat32, &adam_step_cpu);
+  r.set(unpack_master_table, kBFloat16, &unpack_master_cpu);
+  r.set(pack_master_table, kBFloat16, &pack_master_cpu);
 }
 
 }  // namespace mixtrain::kernels

@@ -19,6 +19,8 @@
 #pragma GCC optimize("no-math-errno", "no-trapping-math")  // see kernels/cpu/elementwise_loops.h
 
 #include "kernels/reduce.h"
+#include "kernels/cpu/register.h"
+#include "kernels/cpu/host_ptr.h"
 
 #include <algorithm>
 #include <cstring>
@@ -147,7 +149,7 @@ struct OutWriter {
   using A = acc_t<T>;
   void* data;
   bool as_acc;
-  OutWriter(const Tensor& out) : data(out.raw_data()), as_acc(out.dtype() != dtype_v<T>) {  // NOLINT
+  OutWriter(const Tensor& out) : data(host_data(out)), as_acc(out.dtype() != dtype_v<T>) {  // NOLINT
     MT_INTERNAL_ASSERT(!as_acc || out.dtype() == dtype_v<A>, "reduce: output dtype ", out.dtype(), " for input ",
                        dtype_v<T>);
   }
@@ -253,7 +255,7 @@ struct Reduce {
         for (int64_t i = 0; i < out.numel(); ++i) writer.put(i, Op::finish(Op::init(), scale));
         return;
       }
-      const T* p = x.data_ptr<T>();
+      const T* p = host_ptr<T>(x);
       if (s.inner == 1) {
         reduce_rows<Op>(writer, p, s.outer, s.reduce, scale);
       } else {
@@ -267,8 +269,8 @@ template <typename T>
 struct ArgmaxKernel {
   static void run(const Tensor& out, const Tensor& x, int64_t outer, int64_t reduce) {
     using C = std::conditional_t<ew::is_half_v<T>, float, T>;
-    const T* p = x.data_ptr<T>();
-    int64_t* o = out.data_ptr<int64_t>();
+    const T* p = host_ptr<T>(x);
+    int64_t* o = host_ptr<int64_t>(out);
     parallel_for(outer, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(reduce, 1)), [&](int64_t b, int64_t e) {
       for (int64_t row = b; row < e; ++row) {
         const T* r = p + row * reduce;
@@ -288,25 +290,12 @@ struct ArgmaxKernel {
   }
 };
 
-struct ReduceTables {
-  DispatchTable<ReduceFn> sum{"sum"};
-  DispatchTable<ReduceFn> max{"amax"};
-  DispatchTable<ArgmaxFn> argmax{"argmax"};
-  ReduceTables() {
-    register_all_dtypes<Reduce<SumOp>::Kernel>(sum, kCPU);
-    register_floating<Reduce<MaxOp>::Kernel>(max, kCPU);
-    register_all_dtypes<ArgmaxKernel>(argmax, kCPU);
-  }
-};
-
-const ReduceTables& tables() {
-  static const ReduceTables t;
-  return t;
-}
-
 }  // namespace
 
-const DispatchTable<ReduceFn>& reduce_kernel(ReduceOp op) { return op == ReduceOp::kSum ? tables().sum : tables().max; }
-const DispatchTable<ArgmaxFn>& argmax_kernel() { return tables().argmax; }
+void register_cpu_reduce(const Registry& r) {
+  r.all_dtypes<Reduce<SumOp>::Kernel>(reduce_tables[static_cast<int>(ReduceOp::kSum)]);
+  r.floating<Reduce<MaxOp>::Kernel>(reduce_tables[static_cast<int>(ReduceOp::kMax)]);
+  r.all_dtypes<ArgmaxKernel>(argmax_table);
+}
 
 }  // namespace mixtrain::kernels

@@ -9,14 +9,15 @@
 
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/shape_ops.h"
+#include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 
-DispatchTable<ScatterAddRowsFn> scatter_add_rows("index_select_backward");
 
 std::optional<BadIndex> find_bad_index(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
   return dispatch_index(index.dtype(), "find_bad_index", [&]<typename I>() -> std::optional<BadIndex> {
-    const I* p = index.data_ptr<I>();
+    const I* p = host_ptr<I>(index);
     const int64_t n = index.numel();
     for (int64_t i = 0; i < n; ++i) {
       const int64_t v = p[i];
@@ -30,10 +31,10 @@ void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out, int6
   const int64_t m = index.numel();
   const int64_t n = outer * inner == 0 ? 0 : src.numel() / (outer * inner);
   const size_t row_bytes = static_cast<size_t>(inner) * src.element_size();
-  const char* sp = static_cast<const char*>(src.raw_data());
-  char* op = static_cast<char*>(out.raw_data());
+  const char* sp = static_cast<const char*>(host_data(src));
+  char* op = static_cast<char*>(host_data(out));
   dispatch_index(index.dtype(), "gather_rows", [&]<typename I>() {
-    const I* ip = index.data_ptr<I>();
+    const I* ip = host_ptr<I>(index);
     parallel_for(outer * m, nnvec::row_grain(inner), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t o = r / m, j = r % m;
@@ -68,10 +69,10 @@ struct ScatterAddRows {
     using F = opmath_t<T>;
     const int64_t m = index.numel();
     const int64_t n = outer * inner == 0 ? 0 : gx.numel() / (outer * inner);
-    const T* gyp = gy.data_ptr<T>();
-    T* gxp = gx.data_ptr<T>();
+    const T* gyp = host_ptr<T>(gy);
+    T* gxp = host_ptr<T>(gx);
     dispatch_index(index.dtype(), "scatter_add_rows", [&]<typename I>() {
-      const IndexGroups g = group_by_index(index.data_ptr<I>(), m, n);
+      const IndexGroups g = group_by_index(host_ptr<I>(index), m, n);
       parallel_for(outer * n, nnvec::row_grain(inner), [&](int64_t begin, int64_t end) {
         F* buf = nnvec::scratch<F>(0, inner);
         for (int64_t r = begin; r < end; ++r) {
@@ -89,10 +90,10 @@ struct ScatterAddRows {
   }
 };
 
-[[maybe_unused]] const bool registered = [] {
-  register_floating<ScatterAddRows>(scatter_add_rows, kCPU);
-  return true;
-}();
-
 }  // namespace
+
+void register_cpu_shape_ops(const Registry& r) {
+  r.floating<ScatterAddRows>(scatter_add_rows);
+}
+
 }  // namespace mixtrain::kernels

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "mixtrain/tensor.h"
+#include "kernels/cpu/host_ptr.h"
 
 namespace mixtrain::kernels::onednn {
 
@@ -27,7 +28,7 @@ dnnl::primitive_attr base_attr();
 
 // A memory object over a tensor's data (no copy).
 inline dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t) {
-  return dnnl::memory(md, engine(), t.raw_data());
+  return dnnl::memory(md, engine(), host_data(t));
 }
 
 // Runs `prim` with `args`, adding a scratchpad of the size `pd` asks for.

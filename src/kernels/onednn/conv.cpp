@@ -29,6 +29,8 @@
 // chunk and then reordered, and outputs narrowed the same way: oneDNN 2.6's own f16 reorders are
 // reference loops (100x slower here) and its bf16 ones slower than convert + fp32 reorder.
 #include "kernels/conv.h"
+#include "kernels/cpu/register.h"
+#include "kernels/cpu/host_ptr.h"
 
 #include <omp.h>
 
@@ -247,12 +249,14 @@ int64_t images_per_chunk(const ConvKey& k) {
 // A scratch byte buffer of at least `bytes`, reusing `buf` when it is large enough.
 void* scratch(Tensor& buf, size_t bytes) {
   if (!buf.defined() || buf.nbytes() < bytes) buf = Tensor::empty({static_cast<int64_t>(bytes)}, kUInt8);
-  return buf.raw_data();
+  return host_data(buf);
 }
 
-// A scratch tensor of `shape` and `dtype`, reusing `buf` when it already is one.
-const Tensor& scratch(Tensor& buf, const Shape& shape, DType dtype) {
-  if (!buf.defined() || buf.shape() != shape || buf.dtype() != dtype) buf = Tensor::empty(shape, dtype);
+// A scratch tensor of `shape` and `dtype` on `device` (the tensor it stages, which kernels::copy
+// converts from or into), reusing `buf` when it already is one.
+const Tensor& scratch(Tensor& buf, const Shape& shape, DType dtype, Device device) {
+  if (!buf.defined() || buf.shape() != shape || buf.dtype() != dtype || buf.device() != device)
+    buf = Tensor::empty(shape, dtype, device);
   return buf;
 }
 
@@ -303,13 +307,13 @@ struct SharedInput {
 // `shared`, when given, holds (and reuses) what other jobs already made of t in this chunk.
 memory prepare_input(const ConvArg& a, const Tensor& t, Job::Buffers& b, SharedInput* shared) {
   auto& eng = onednn::engine();
-  void* plain = t.raw_data();
+  void* plain = host_data(t);
   if (t.dtype() != plain_dtype(a)) {
     Tensor& stage = shared ? shared->stage : b.stage;
-    scratch(stage, t.shape(), plain_dtype(a));
+    scratch(stage, t.shape(), plain_dtype(a), t.device());
     if (!shared || !shared->staged) copy(stage, t);
     if (shared) shared->staged = true;
-    plain = stage.raw_data();
+    plain = host_data(stage);
   }
   if (!a.reorder) return memory(a.plain_md, eng, plain);
   Tensor* buf = &b.prim;
@@ -317,7 +321,7 @@ memory prepare_input(const ConvArg& a, const Tensor& t, Job::Buffers& b, SharedI
     auto it = std::find_if(shared->laid.begin(), shared->laid.end(),
                            [&](const SharedInput::Laid& l) { return l.md == a.prim_md; });
     if (it == shared->laid.end()) it = shared->laid.insert(shared->laid.end(), {a.prim_md, Tensor(), false});
-    if (it->valid) return memory(a.prim_md, eng, it->buf.raw_data());
+    if (it->valid) return memory(a.prim_md, eng, host_data(it->buf));
     it->valid = true;
     buf = &it->buf;
   }
@@ -333,15 +337,15 @@ memory prepare_output(const ConvArg& a, const Tensor& t, Job::Buffers& b) {
   auto& eng = onednn::engine();
   if (a.reorder) return memory(a.prim_md, eng, scratch(b.prim, a.prim_md.get_size()));
   if (t.dtype() != plain_dtype(a))
-    return memory(a.plain_md, eng, scratch(b.stage, t.shape(), plain_dtype(a)).raw_data());
-  return memory(a.plain_md, eng, t.raw_data());
+    return memory(a.plain_md, eng, host_data(scratch(b.stage, t.shape(), plain_dtype(a), t.device())));
+  return memory(a.plain_md, eng, host_data(t));
 }
 
 void finish_output(const ConvArg& a, const memory& written, const Tensor& t, Job::Buffers& b) {
   auto& eng = onednn::engine();
   const bool convert = t.dtype() != plain_dtype(a);
   if (a.reorder) {
-    void* plain = convert ? scratch(b.stage, t.shape(), plain_dtype(a)).raw_data() : t.raw_data();
+    void* plain = convert ? host_data(scratch(b.stage, t.shape(), plain_dtype(a), t.device())) : host_data(t);
     std::unordered_map<int, memory> r{{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, memory(a.plain_md, eng, plain)}};
     onednn::execute(*a.reorder, a.reorder_pd, r);
   }
@@ -383,7 +387,7 @@ void run_chunk(std::vector<Job>& jobs, int64_t c, int64_t n0, int64_t n, ChunkSt
       if (a.role == Role::kParamOut) {
         // The chunk's fp32 gradient goes to row c of the partials, through the reorder when the
         // primitive chose another layout.
-        void* dst = a.reorder ? scratch(b.prim, a.prim_md.get_size()) : j.partials[i].select(0, c).raw_data();
+        void* dst = a.reorder ? scratch(b.prim, a.prim_md.get_size()) : host_data(j.partials[i].select(0, c));
         args[a.arg] = memory(a.prim_md, onednn::engine(), dst);
       }
     }
@@ -394,7 +398,7 @@ void run_chunk(std::vector<Job>& jobs, int64_t c, int64_t n0, int64_t n, ChunkSt
       if (a.role == Role::kParamOut && a.reorder) {
         std::unordered_map<int, memory> r{
             {DNNL_ARG_FROM, args[a.arg]},
-            {DNNL_ARG_TO, memory(a.plain_md, onednn::engine(), j.partials[i].select(0, c).raw_data())}};
+            {DNNL_ARG_TO, memory(a.plain_md, onednn::engine(), host_data(j.partials[i].select(0, c)))}};
         onednn::execute(*a.reorder, a.reorder_pd, r);
       }
     }
@@ -437,7 +441,7 @@ void run(std::vector<Job>& jobs) {
     j.partials.resize(j.tensors.size());
     for (size_t i = 0; i < j.tensors.size(); ++i)
       if (j.entry->args[i].role == Role::kParamOut)
-        j.partials[i] = Tensor::empty({chunks, j.tensors[i]->numel()}, kFloat32);
+        j.partials[i] = Tensor::empty({chunks, j.tensors[i]->numel()}, kFloat32, j.tensors[i]->device());
   }
 
   std::vector<ChunkState> states(by_chunk ? threads : 1);
@@ -520,24 +524,13 @@ void backward_onednn(const Tensor& gy, const Tensor& x, const Tensor& w, const T
 
 }  // namespace
 
-const DispatchTable<Conv2dForwardFn>& conv2d_forward_kernel() {
-  static const DispatchTable<Conv2dForwardFn> table = [] {
-    DispatchTable<Conv2dForwardFn> t("conv2d");
-    for (DType d : {kFloat32, kBFloat16, kFloat16}) t.set(kCPU, d, &forward_onednn);
-    t.set(kCPU, kFloat64, &ref::conv2d_forward);
-    return t;
-  }();
-  return table;
-}
-
-const DispatchTable<Conv2dBackwardFn>& conv2d_backward_kernel() {
-  static const DispatchTable<Conv2dBackwardFn> table = [] {
-    DispatchTable<Conv2dBackwardFn> t("conv2d backward");
-    for (DType d : {kFloat32, kBFloat16, kFloat16}) t.set(kCPU, d, &backward_onednn);
-    t.set(kCPU, kFloat64, &backward_ref);
-    return t;
-  }();
-  return table;
+void register_onednn_conv(const Registry& r) {
+  for (DType d : {kFloat32, kBFloat16, kFloat16}) {
+    r.set(conv2d_forward_table, d, &forward_onednn);
+    r.set(conv2d_backward_table, d, &backward_onednn);
+  }
+  r.set(conv2d_forward_table, kFloat64, &ref::conv2d_forward);
+  r.set(conv2d_backward_table, kFloat64, &backward_ref);
 }
 
 std::string conv2d_impl_info(const Shape& x, const Shape& w, bool bias, const Conv2dGeometry& g, DType dtype) {

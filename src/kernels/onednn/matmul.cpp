@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "kernels/copy.h"
+#include "kernels/cpu/register.h"
 #include "kernels/cpu/ref/linalg_ref.h"
 #include "kernels/linalg.h"
 #include "kernels/onednn/common.h"
@@ -208,16 +209,11 @@ void matmul_fp64(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
 
 }  // namespace
 
-const DispatchTable<MatmulFn>& matmul_kernel() {
-  static const DispatchTable<MatmulFn> table = [] {
-    DispatchTable<MatmulFn> t("matmul");
-    t.set(kCPU, kFloat32, &matmul_fp32);
-    t.set(kCPU, kBFloat16, &matmul_bf16);
-    t.set(kCPU, kFloat16, &matmul_fp32_route);  // no fp16 GEMM in oneDNN 2.6 on CPU
-    t.set(kCPU, kFloat64, &matmul_fp64);
-    return t;
-  }();
-  return table;
+void register_onednn_matmul(const Registry& r) {
+  r.set(matmul_table, kFloat32, &matmul_fp32);
+  r.set(matmul_table, kBFloat16, &matmul_bf16);
+  r.set(matmul_table, kFloat16, &matmul_fp32_route);  // no fp16 GEMM in oneDNN 2.6 on CPU
+  r.set(matmul_table, kFloat64, &matmul_fp64);
 }
 
 void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {

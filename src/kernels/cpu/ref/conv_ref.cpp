@@ -7,6 +7,7 @@
 #include "kernels/copy.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/ref/linalg_ref.h"
+#include "kernels/cpu/host_ptr.h"
 
 namespace mixtrain::kernels::ref {
 namespace {
@@ -50,10 +51,10 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   const Dims d(x.shape(), w.shape(), y.shape(), g.groups);
   Tensor X = to_f64_contiguous(x), Wt = to_f64_contiguous(w), Y = Tensor::empty(y.shape(), kFloat64, y.device());
   Tensor B = bias.defined() ? to_f64_contiguous(bias) : Tensor();
-  const double* px = X.data_ptr<double>();
-  const double* pw = Wt.data_ptr<double>();
-  const double* pb = bias.defined() ? B.data_ptr<double>() : nullptr;
-  double* py = Y.data_ptr<double>();
+  const double* px = host_ptr<double>(X);
+  const double* pw = host_ptr<double>(Wt);
+  const double* pb = bias.defined() ? host_ptr<double>(B) : nullptr;
+  double* py = host_ptr<double>(Y);
   parallel_for(d.N * d.O, grain(d.Ho * d.Wo * d.Cg * d.KH * d.KW), [&](int64_t begin, int64_t end) {
     for (int64_t no = begin; no < end; ++no) {
       const int64_t n = no / d.O, o = no % d.O, group = o / d.Og;
@@ -79,9 +80,9 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 void conv2d_backward_data(const Tensor& gy, const Tensor& w, const Tensor& gx, const Conv2dGeometry& g) {
   const Dims d(gx.shape(), w.shape(), gy.shape(), g.groups);
   Tensor GY = to_f64_contiguous(gy), Wt = to_f64_contiguous(w), GX = Tensor::empty(gx.shape(), kFloat64, gx.device());
-  const double* pgy = GY.data_ptr<double>();
-  const double* pw = Wt.data_ptr<double>();
-  double* pgx = GX.data_ptr<double>();
+  const double* pgy = host_ptr<double>(GY);
+  const double* pw = host_ptr<double>(Wt);
+  double* pgx = host_ptr<double>(GX);
   parallel_for(d.N * d.C, grain(d.H * d.W * d.Og * d.KH * d.KW), [&](int64_t begin, int64_t end) {
     for (int64_t nc = begin; nc < end; ++nc) {
       const int64_t n = nc / d.C, ic = nc % d.C, group = ic / d.Cg, c = ic % d.Cg;
@@ -114,9 +115,9 @@ void conv2d_backward_weights(const Tensor& gy, const Tensor& x, const Tensor& gw
                              const Conv2dGeometry& g) {
   const Dims d(x.shape(), gw.shape(), gy.shape(), g.groups);
   Tensor GY = to_f64_contiguous(gy), X = to_f64_contiguous(x), GW = Tensor::empty(gw.shape(), kFloat64, gw.device());
-  const double* pgy = GY.data_ptr<double>();
-  const double* px = X.data_ptr<double>();
-  double* pgw = GW.data_ptr<double>();
+  const double* pgy = host_ptr<double>(GY);
+  const double* px = host_ptr<double>(X);
+  double* pgw = host_ptr<double>(GW);
   parallel_for(d.O * d.Cg, grain(d.N * d.Ho * d.Wo * d.KH * d.KW), [&](int64_t begin, int64_t end) {
     for (int64_t oc = begin; oc < end; ++oc) {
       const int64_t o = oc / d.Cg, c = oc % d.Cg, ic = (o / d.Og) * d.Cg + c;
@@ -138,7 +139,7 @@ void conv2d_backward_weights(const Tensor& gy, const Tensor& x, const Tensor& gw
   copy(gw, GW);
   if (gb.defined()) {
     Tensor GB = Tensor::empty(gb.shape(), kFloat64, gb.device());
-    double* pgb = GB.data_ptr<double>();
+    double* pgb = host_ptr<double>(GB);
     const int64_t plane = d.Ho * d.Wo;
     for (int64_t o = 0; o < d.O; ++o) {
       double acc = 0.0;

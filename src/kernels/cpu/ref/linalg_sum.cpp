@@ -13,6 +13,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/linalg.h"
+#include "kernels/cpu/host_ptr.h"
 
 namespace mixtrain::kernels {
 
@@ -24,9 +25,9 @@ constexpr int64_t kColumnBlock = 256;
 
 void round_into(const float* acc, const Tensor& out, int64_t c0, int64_t n) {
   switch (out.dtype()) {
-    case kFloat32: std::memcpy(out.data_ptr<float>() + c0, acc, static_cast<size_t>(n) * sizeof(float)); return;
-    case kFloat16: convert_fp32_to_fp16(acc, out.data_ptr<float16>() + c0, n); return;
-    case kBFloat16: convert_fp32_to_bf16(acc, out.data_ptr<bfloat16>() + c0, n); return;
+    case kFloat32: std::memcpy(host_ptr<float>(out) + c0, acc, static_cast<size_t>(n) * sizeof(float)); return;
+    case kFloat16: convert_fp32_to_fp16(acc, host_ptr<float16>(out) + c0, n); return;
+    case kBFloat16: convert_fp32_to_bf16(acc, host_ptr<bfloat16>(out) + c0, n); return;
     default: MT_INTERNAL_ASSERT(false, "sum_rows: unexpected output ", describe(out));
   }
 }
@@ -36,7 +37,7 @@ void round_into(const float* acc, const Tensor& out, int64_t c0, int64_t n) {
 template <typename T>
 void sum_rows_unit_stride(const Tensor& x, const Tensor& out) {
   const int64_t rows = x.size(0), cols = x.size(1), sr = x.stride(0);
-  const T* px = static_cast<const T*>(x.raw_data());
+  const T* px = static_cast<const T*>(host_data(x));
   const int64_t grain = std::max<int64_t>(kColumnBlock, kGrainSize / std::max<int64_t>(rows, 1));
   parallel_for(cols, grain, [&](int64_t c0, int64_t c1) {
     alignas(64) float acc[kColumnBlock];
@@ -70,7 +71,7 @@ void sum_rows(const Tensor& x, const Tensor& out) {
   }
   dispatch_floating(x.dtype(), "sum_rows", [&]<typename T>() {
     using Acc = opmath_t<T>;
-    const T* px = static_cast<const T*>(x.raw_data());
+    const T* px = static_cast<const T*>(host_data(x));
     // Threads split the columns; each walks all rows over its column range.
     const int64_t grain = std::max<int64_t>(16, kGrainSize / std::max<int64_t>(rows, 1));
     parallel_for(cols, grain, [&](int64_t c0, int64_t c1) {
@@ -82,7 +83,7 @@ void sum_rows(const Tensor& x, const Tensor& out) {
       if constexpr (std::is_same_v<T, float>) {
         round_into(acc.data(), out, c0, c1 - c0);
       } else {
-        T* po = out.data_ptr<T>();
+        T* po = host_ptr<T>(out);
         for (int64_t j = c0; j < c1; ++j) po[j] = store<T>(acc[j - c0]);
       }
     });
@@ -100,7 +101,7 @@ void sum_to_size(const Tensor& x, const Tensor& out) {
   dispatch_floating(x.dtype(), "sum_to_size", [&]<typename T>() {
     using Acc = opmath_t<T>;
     std::vector<Acc> acc(out.numel(), Acc(0));
-    const T* px = static_cast<const T*>(x.raw_data());
+    const T* px = static_cast<const T*>(host_data(x));
     const int64_t n = x.numel();
     // Odometer over x in row-major order (the order every output element sees its terms in).
     int64_t idx[kMaxDims] = {};
@@ -118,7 +119,7 @@ void sum_to_size(const Tensor& x, const Tensor& out) {
         idx[d] = 0;
       }
     }
-    T* po = out.data_ptr<T>();
+    T* po = host_ptr<T>(out);
     for (int64_t i = 0; i < out.numel(); ++i) po[i] = store<T>(acc[i]);
   });
 }

@@ -8,6 +8,7 @@
 #include "kernels/copy.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/ref/linalg_ref.h"
+#include "kernels/cpu/host_ptr.h"
 
 namespace mixtrain::kernels::ref {
 
@@ -40,10 +41,10 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& 
   Tensor A = to_f64_contiguous(a), B = to_f64_contiguous(b);
   Tensor bias64 = bias.defined() ? to_f64_contiguous(bias) : Tensor();
   Tensor C = Tensor::empty(out.shape(), kFloat64, out.device());
-  const double* pa = A.data_ptr<double>();
-  const double* pb = B.data_ptr<double>();
-  const double* pbias = bias.defined() ? bias64.data_ptr<double>() : nullptr;
-  double* pc = C.data_ptr<double>();
+  const double* pa = host_ptr<double>(A);
+  const double* pb = host_ptr<double>(B);
+  const double* pbias = bias.defined() ? host_ptr<double>(bias64) : nullptr;
+  double* pc = host_ptr<double>(C);
   const int64_t batches = out.numel() / std::max<int64_t>(n * m, 1);
   const int64_t rows = batches * n;
   // ~2^16 multiply-adds per thread at least: small products stay on one thread.

@@ -1,5 +1,8 @@
-// src/kernels/cpu/optim_kernels.h (internal): fused multi-tensor kernels behind the optimizers,
-// gradient clipping and the grad scaler.
+// Kernel tables of the fused multi-tensor kernels behind the optimizers, gradient clipping and the
+// grad scaler (CPU kernels in src/kernels/cpu/optim_kernels.cpp and amp_kernels.cpp).
+//
+// These tables are keyed by device only: a list mixes dtypes, so every backend registers its one
+// function under float32 and the front-ends below look it up there.
 //
 // A "multi-tensor" kernel takes a list of tensors, cuts every tensor into chunks of
 // kMultiTensorChunk elements and runs all chunks of all tensors in one OpenMP region, so a model of
@@ -15,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "mixtrain/dtype.h"
 #include "mixtrain/tensor.h"
 
@@ -31,14 +35,16 @@ inline constexpr int64_t kMultiTensorChunk = 16384;
 // Tensors may have any strides (views such as g.t() or g[:, :5]) but must not overlap each other.
 // dtypes: float32, float16, bfloat16, float64 (mixed in one list is fine).
 // Returns the index of the first tensor (in list order) holding a non-finite value, or -1.
-int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float factor);
+using ScaleAndCheckFn = int64_t(const std::vector<Tensor>& tensors, float factor);
+extern DispatchTable<ScaleAndCheckFn> scale_and_check_table;
 
 // ---------------------------------------------------------------------------------------------
 // Norms (clip_grad_norm_).
 
 // For each tensor: sum of |x|^p (p > 0, finite) or max |x| (p = inf), accumulated in fp32 within
 // chunks and combined over chunks in fp32, in chunk order. NaN propagates. Any strides.
-std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors, double p);
+using NormPartialsFn = std::vector<float>(const std::vector<Tensor>& tensors, double p);
+extern DispatchTable<NormPartialsFn> norm_partials_table;
 
 // ---------------------------------------------------------------------------------------------
 // Optimizer steps. Params and grads are contiguous and of one dtype per parameter (float32,
@@ -77,7 +83,8 @@ struct SgdTensors {
   bool first_step = false;                                  // the buffer is initialised to the gradient
 };
 
-void sgd_step(const std::vector<SgdTensors>& tensors, const SgdHyper& h);
+using SgdStepFn = void(const std::vector<SgdTensors>& tensors, const SgdHyper& h);
+extern DispatchTable<SgdStepFn> sgd_step_table;
 
 struct AdamHyper {
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
@@ -95,6 +102,42 @@ struct AdamTensors {
 // time when cpu::isa() (mixtrain/cpu.h) allows AVX-512, else in blocks through fp32
 // buffers. Both paths perform the same IEEE operations in the same order (no FMA contraction; sqrt
 // and division are correctly rounded), so they give the same bits.
-void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h);
+using AdamStepFn = void(const std::vector<AdamTensors>& tensors, const AdamHyper& h);
+extern DispatchTable<AdamStepFn> adam_step_table;
+
+// The packed master of a bf16 parameter as a whole tensor: master (contiguous fp32) from param
+// (contiguous bf16) and low (contiguous uint8 [numel, 2]), and back.
+using UnpackMasterFn = void(const Tensor& param, const Tensor& low, const Tensor& master);
+using PackMasterFn = void(const Tensor& master, const Tensor& param, const Tensor& low);
+extern DispatchTable<UnpackMasterFn> unpack_master_table;
+extern DispatchTable<PackMasterFn> pack_master_table;
+
+// ---------------------------------------------------------------------------------------------
+// The grad scaler's kernels (PyTorch's _amp_foreach_non_finite_check_and_unscale_ and
+// _amp_update_scale_): found_inf, inv_scale and scale are one-element float32 tensors and
+// growth_tracker a one-element int32 tensor, all on the gradients' device; they are read and
+// written there. unscale multiplies every gradient by inv_scale, sets found_inf to 1 when a
+// gradient held inf or NaN, and returns the index of the first such gradient or -1.
+using AmpUnscaleFn = int64_t(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale);
+using AmpUpdateScaleFn = void(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                              double growth_factor, double backoff_factor, int64_t growth_interval);
+extern DispatchTable<AmpUnscaleFn> amp_unscale_table;
+extern DispatchTable<AmpUpdateScaleFn> amp_update_scale_table;
+
+// ---- front-ends: the device of the first tensor picks the kernel (all must share it).
+inline int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float factor) {
+  if (tensors.empty()) return -1;
+  return scale_and_check_table(tensors.front().device(), kFloat32)(tensors, factor);
+}
+inline std::vector<float> multi_tensor_norm_partials(const std::vector<Tensor>& tensors, double p) {
+  if (tensors.empty()) return {};
+  return norm_partials_table(tensors.front().device(), kFloat32)(tensors, p);
+}
+inline void sgd_step(const std::vector<SgdTensors>& tensors, const SgdHyper& h) {
+  if (!tensors.empty()) sgd_step_table(tensors.front().param.device(), kFloat32)(tensors, h);
+}
+inline void adam_step(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
+  if (!tensors.empty()) adam_step_table(tensors.front().param.device(), kFloat32)(tensors, h);
+}
 
 }  // namespace mixtrain::kernels

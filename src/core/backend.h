@@ -1,0 +1,62 @@
+// The device seam of the core: one Backend per device type owns that type's memory and the byte
+// transfers between it and the host. Kernels (src/kernels/<backend>/) are registered separately in
+// the kernel registry (src/kernels/registry.h); together they are everything a device needs.
+//
+// The CPU backend is built in (constant-initialised, present before any static initialiser runs).
+// Another backend registers itself once with register_backend(), before the first tensor on its
+// device is made; docs/notes/backends.md walks through adding one.
+//
+// Nothing above a backend reads or writes device memory: Tensor::item, to_vector, printing and
+// saving copy to the host through copy_to_host, and factories that know their values on the host
+// (from_vector, arange) copy them in through copy_from_host.
+#pragma once
+
+#include <cstddef>
+
+#include "mixtrain/device.h"
+#include "mixtrain/memory.h"
+
+namespace mixtrain {
+
+// An ordered queue of device work. The CPU runs everything at once and ignores it; a GPU backend
+// keys its stream-ordered cache and its copies by it. id 0 is the device's default stream.
+struct Stream {
+  Device device;
+  int64_t id = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Memory. Accounting counts the bytes asked for (memory.h); `nbytes` may be 0; blocks are
+  // kAlignment-aligned. A block may be reused by work queued on `stream` at once, and by other
+  // streams only after the backend has ordered them.
+  virtual void* allocate(size_t nbytes, Stream stream) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes, Stream stream) = 0;
+  virtual memory::Stats stats(Device device) = 0;
+  virtual void reset_peak(Device device) = 0;
+  virtual void empty_cache(Device device) = 0;
+
+  // Byte transfers between host memory and this device's memory; they return when the bytes have
+  // arrived (the host buffer may be reused at once).
+  virtual void copy_to_host(void* host_dst, const void* src, size_t nbytes, Device device) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t nbytes, Device device) = 0;
+  // Waits until every queued operation on the device has finished.
+  virtual void synchronize(Device device) = 0;
+
+  // The host address of device memory for backends whose memory the host can address (the CPU and
+  // host-memory test devices); the kernels of src/kernels/cpu run on any device that has one. Others
+  // throw (the default).
+  virtual void* host_address(void* device_ptr, Device device) const;
+};
+
+// Installs the backend of `type` (not kCPU, which is built in). The backend must outlive every
+// tensor on its devices; registering a type twice is an error.
+void register_backend(DeviceType type, Backend* backend);
+bool has_backend(DeviceType type);
+// The backend of `device`'s type; throws mt::Error naming the device when none is registered.
+Backend& backend_for(Device device);
+
+}  // namespace mixtrain
