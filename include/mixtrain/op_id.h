@@ -8,20 +8,26 @@
 
 namespace mixtrain {
 
-// The one X-macro of the project: the op list. Add an op here, then give it a policy in
-// src/amp/policy_table.cpp (unlisted ops run in their input dtype).
+// The one X-macro of the project: the op list, as (enumerator, name). Add an op here, then give it
+// a policy in src/amp/policy_table.cpp (unlisted ops run in their input dtype).
 // clang-format off
-#define MT_FORALL_OPS(_)                                                                           \
-  _(add) _(sub) _(mul) _(div) _(neg) _(exp) _(log) _(sqrt) _(rsqrt) _(pow) _(tanh) _(sigmoid)     \
-  _(relu) _(gelu) _(silu) _(clamp) _(where) _(masked_fill) _(sum) _(mean) _(max) _(amax)          \
-  _(matmul) _(bmm) _(linear) _(softmax) _(log_softmax) _(layer_norm) _(cross_entropy) _(mse_loss) \
-  _(binary_cross_entropy) _(binary_cross_entropy_with_logits) _(conv2d) _(max_pool2d)             \
-  _(avg_pool2d) _(embedding) _(dropout) _(cat) _(stack) _(index_select)                           \
-  _(scaled_dot_product_attention) _(qkv_attention) _(gelu_linear) _(batch_norm) _(nll_loss)
+#define MT_FORALL_OPS(_) \
+  _(kAdd, add) _(kSub, sub) _(kMul, mul) _(kDiv, div) _(kNeg, neg) _(kExp, exp) _(kLog, log)         \
+  _(kSqrt, sqrt) _(kRsqrt, rsqrt) _(kPow, pow) _(kTanh, tanh) _(kSigmoid, sigmoid) _(kRelu, relu)    \
+  _(kGelu, gelu) _(kSilu, silu) _(kClamp, clamp) _(kWhere, where) _(kMaskedFill, masked_fill)        \
+  _(kSum, sum) _(kMean, mean) _(kMax, max) _(kAmax, amax) _(kMatmul, matmul) _(kBmm, bmm)            \
+  _(kLinear, linear) _(kSoftmax, softmax) _(kLogSoftmax, log_softmax) _(kLayerNorm, layer_norm)      \
+  _(kCrossEntropy, cross_entropy) _(kMseLoss, mse_loss)                                              \
+  _(kBinaryCrossEntropy, binary_cross_entropy)                                                       \
+  _(kBinaryCrossEntropyWithLogits, binary_cross_entropy_with_logits) _(kConv2d, conv2d)              \
+  _(kMaxPool2d, max_pool2d) _(kAvgPool2d, avg_pool2d) _(kEmbedding, embedding) _(kDropout, dropout)  \
+  _(kCat, cat) _(kStack, stack) _(kIndexSelect, index_select)                                        \
+  _(kScaledDotProductAttention, scaled_dot_product_attention) _(kQkvAttention, qkv_attention)        \
+  _(kGeluLinear, gelu_linear) _(kBatchNorm, batch_norm) _(kNllLoss, nll_loss)
 // clang-format on
 
 enum class OpId : uint16_t {
-#define MT_OP_ENUM(name) k_##name,
+#define MT_OP_ENUM(id, name) id,
   MT_FORALL_OPS(MT_OP_ENUM)
 #undef MT_OP_ENUM
       kCount
@@ -30,7 +36,7 @@ enum class OpId : uint16_t {
 inline constexpr int kNumOps = static_cast<int>(OpId::kCount);
 
 inline constexpr std::string_view kOpNames[] = {
-#define MT_OP_NAME(name) #name,
+#define MT_OP_NAME(id, name) #name,
     MT_FORALL_OPS(MT_OP_NAME)
 #undef MT_OP_NAME
 };

@@ -89,8 +89,8 @@ DType promote_target(PolicyId op, std::span<Tensor* const> inputs, const Autocas
 DType apply_rule(PolicyId op, std::span<Tensor* const> inputs) {
   AutocastState& s = state();
   auto [rule, source] = detail::resolve_rule(op);
-  MT_CHECK(!(rule.refuse_fp16 && s.dtype == kFloat16), "autocast: ", Policy::name(op), " is refused in a float16 region. ",
-           rule.refuse_hint);
+  MT_CHECK(!(rule.refuse_fp16 && s.dtype == kFloat16) && !rule.refuse_always, "autocast: ", Policy::name(op),
+           " is refused in a ", s.dtype, " region on ", s.device_type, ". ", rule.refuse_hint);
   DType target = kFloat32;
   switch (rule.policy) {
     case CastPolicy::kLowerPrecision: target = s.dtype; break;

@@ -1,5 +1,6 @@
 // The autocast policy table: built-in defaults indexed by OpId, global overrides, registered user
 // ops, and explain mode. See include/mixtrain/amp/policy.h for the rules and why.
+#include <array>
 #include <mutex>
 #include <shared_mutex>
 #include <sstream>
@@ -16,55 +17,78 @@ constexpr std::string_view kBceHint =
     "binary_cross_entropy is unsafe to autocast to float16 (its gradient is not representable in fp16). "
     "Combine the sigmoid and the loss: use binary_cross_entropy_with_logits, which is safe to autocast";
 
-// The built-in table. Anything not listed runs in its input dtype.
-Rule builtin_rule(OpId op) {
+constexpr std::string_view kBceBannedHint =
+    "binary_cross_entropy is refused under CUDA autocast, as in PyTorch (its gradient is not representable in "
+    "16 bits). Combine the sigmoid and the loss: use binary_cross_entropy_with_logits, which is safe to autocast";
+
+// The built-in CPU table (also the default of a kPrivateUse1 backend). Anything not listed runs in
+// its input dtype.
+Rule builtin_cpu_rule(OpId op) {
   switch (op) {
-    case OpId::k_matmul:
-    case OpId::k_bmm:
-    case OpId::k_linear:
-    case OpId::k_conv2d:
-    case OpId::k_scaled_dot_product_attention:
-    case OpId::k_qkv_attention:
-    case OpId::k_gelu_linear: return {CastPolicy::kLowerPrecision};
-    case OpId::k_exp:
-    case OpId::k_log:
-    case OpId::k_pow:
-    case OpId::k_rsqrt:
-    case OpId::k_sum:
-    case OpId::k_mean:
-    case OpId::k_softmax:
-    case OpId::k_log_softmax:
-    case OpId::k_layer_norm:
-    case OpId::k_cross_entropy:
-    case OpId::k_nll_loss:
-    case OpId::k_mse_loss:
-    case OpId::k_binary_cross_entropy_with_logits: return {CastPolicy::kFp32};
-    case OpId::k_binary_cross_entropy: return {CastPolicy::kFp32, true, kBceHint};
-    case OpId::k_add:
-    case OpId::k_sub:
-    case OpId::k_mul:
-    case OpId::k_div:
-    case OpId::k_where:
-    case OpId::k_cat:
-    case OpId::k_stack: return {CastPolicy::kPromote};
+    case OpId::kMatmul:
+    case OpId::kBmm:
+    case OpId::kLinear:
+    case OpId::kConv2d:
+    case OpId::kScaledDotProductAttention:
+    case OpId::kQkvAttention:
+    case OpId::kGeluLinear: return {CastPolicy::kLowerPrecision};
+    case OpId::kExp:
+    case OpId::kLog:
+    case OpId::kPow:
+    case OpId::kRsqrt:
+    case OpId::kSum:
+    case OpId::kMean:
+    case OpId::kSoftmax:
+    case OpId::kLogSoftmax:
+    case OpId::kLayerNorm:
+    case OpId::kCrossEntropy:
+    case OpId::kNllLoss:
+    case OpId::kMseLoss:
+    case OpId::kBinaryCrossEntropyWithLogits: return {CastPolicy::kFp32};
+    case OpId::kBinaryCrossEntropy: return {CastPolicy::kFp32, true, kBceHint};
+    case OpId::kAdd:
+    case OpId::kSub:
+    case OpId::kMul:
+    case OpId::kDiv:
+    case OpId::kWhere:
+    case OpId::kCat:
+    case OpId::kStack: return {CastPolicy::kPromote};
     default: return {CastPolicy::kInputDtype};
   }
 }
 
+// The built-in CUDA table: PyTorch's CUDA autocast lists for the ops mixtrain has. It differs from
+// the CPU table where PyTorch's CUDA lists do: `mean` is unlisted (runs in its input dtype, the kernel
+// accumulating in fp32), and binary_cross_entropy is banned in every 16-bit region.
+Rule builtin_cuda_rule(OpId op) {
+  switch (op) {
+    case OpId::kMean: return {CastPolicy::kInputDtype};
+    case OpId::kBinaryCrossEntropy: return {CastPolicy::kFp32, true, kBceBannedHint, true};
+    default: return builtin_cpu_rule(op);
+  }
+}
+
+Rule builtin_rule(OpId op, DeviceType device) {
+  return device == kCUDA ? builtin_cuda_rule(op) : builtin_cpu_rule(op);
+}
+
+// One policy table per device type: defaults and global overrides are per device; op names and
+// ids are shared (a registered op has the same id, and the same default, on every device type).
 struct Table {
   std::shared_mutex mu;
-  std::vector<Rule> defaults;                     // built-in + registered
-  std::vector<std::optional<CastPolicy>> global;  // user overrides
+  std::array<std::vector<Rule>, kNumDeviceTypes> defaults;                     // built-in + registered
+  std::array<std::vector<std::optional<CastPolicy>>, kNumDeviceTypes> global;  // user overrides
   std::vector<std::string> names;
   std::unordered_map<std::string, PolicyId> by_name;
 
   Table() {
     for (int i = 0; i < kNumOps; ++i) {
-      defaults.push_back(builtin_rule(static_cast<OpId>(i)));
+      for (int d = 0; d < kNumDeviceTypes; ++d)
+        defaults[d].push_back(builtin_rule(static_cast<OpId>(i), static_cast<DeviceType>(d)));
       names.emplace_back(op_name(static_cast<OpId>(i)));
       by_name[names.back()] = i;
     }
-    global.resize(defaults.size());
+    for (int d = 0; d < kNumDeviceTypes; ++d) global[d].resize(names.size());
   }
 };
 
@@ -74,8 +98,8 @@ Table& table() {
 }
 
 void check_id(const Table& t, PolicyId op) {
-  MT_CHECK(op >= 0 && op < static_cast<int>(t.defaults.size()), "amp::Policy: unknown op id ", op, " (",
-           t.defaults.size(), " ops known)");
+  MT_CHECK(op >= 0 && op < static_cast<int>(t.names.size()), "amp::Policy: unknown op id ", op, " (",
+           t.names.size(), " ops known)");
 }
 
 }  // namespace
@@ -94,10 +118,11 @@ namespace detail {
 
 std::pair<Rule, const char*> resolve_rule(PolicyId op) {
   const AutocastState& s = state();
+  const int d = static_cast<int>(s.device_type);
   Table& t = table();
   std::shared_lock lock(t.mu);
   check_id(t, op);
-  Rule rule = t.defaults[op];
+  Rule rule = t.defaults[d][op];
   // Innermost region override wins: scan from the back.
   for (auto it = s.overrides.rbegin(); it != s.overrides.rend(); ++it) {
     if (it->first == op) {
@@ -105,8 +130,8 @@ std::pair<Rule, const char*> resolve_rule(PolicyId op) {
       return {rule, "region override"};
     }
   }
-  if (t.global[op]) {
-    rule.policy = *t.global[op];
+  if (t.global[d][op]) {
+    rule.policy = *t.global[d][op];
     return {rule, "global override"};
   }
   return {rule, "default"};
@@ -116,33 +141,50 @@ std::pair<Rule, const char*> resolve_rule(PolicyId op) {
 
 Rule Policy::get(PolicyId op) { return detail::resolve_rule(op).first; }
 
-Rule Policy::default_rule(PolicyId op) {
+Rule Policy::get(PolicyId op, DeviceType device_type) {
   Table& t = table();
   std::shared_lock lock(t.mu);
   check_id(t, op);
-  return t.defaults[op];
+  const int d = static_cast<int>(device_type);
+  Rule rule = t.defaults[d][op];
+  if (t.global[d][op]) rule.policy = *t.global[d][op];
+  return rule;
+}
+
+Rule Policy::default_rule(PolicyId op, DeviceType device_type) {
+  Table& t = table();
+  std::shared_lock lock(t.mu);
+  check_id(t, op);
+  return t.defaults[static_cast<int>(device_type)][op];
 }
 
 void Policy::set(PolicyId op, CastPolicy policy) {
+  for (int d = 0; d < kNumDeviceTypes; ++d) set(op, policy, static_cast<DeviceType>(d));
+}
+
+void Policy::set(PolicyId op, CastPolicy policy, DeviceType device_type) {
   Table& t = table();
   std::unique_lock lock(t.mu);
   check_id(t, op);
-  t.global[op] = policy;
+  t.global[static_cast<int>(device_type)][op] = policy;
 }
 
 void Policy::reset() {
   Table& t = table();
   std::unique_lock lock(t.mu);
-  for (auto& g : t.global) g.reset();
+  for (auto& per_device : t.global)
+    for (auto& g : per_device) g.reset();
 }
 
 PolicyId Policy::register_op(std::string name, CastPolicy policy) {
   Table& t = table();
   std::unique_lock lock(t.mu);
   if (auto it = t.by_name.find(name); it != t.by_name.end()) return it->second;
-  PolicyId id = static_cast<PolicyId>(t.defaults.size());
-  t.defaults.push_back({policy});
-  t.global.emplace_back();
+  PolicyId id = static_cast<PolicyId>(t.names.size());
+  for (int d = 0; d < kNumDeviceTypes; ++d) {
+    t.defaults[d].push_back({policy});
+    t.global[d].emplace_back();
+  }
   t.names.push_back(name);
   t.by_name[std::move(name)] = id;
   return id;
@@ -158,7 +200,7 @@ std::string Policy::name(PolicyId op) {
 int Policy::size() {
   Table& t = table();
   std::shared_lock lock(t.mu);
-  return static_cast<int>(t.defaults.size());
+  return static_cast<int>(t.names.size());
 }
 
 ExplainGuard::ExplainGuard() : prev_(detail::state().explain != nullptr) {

@@ -53,7 +53,7 @@ void set_strides(int64_t (&st)[3], int64_t b, int64_t h, int64_t t) {
 Tensor scaled_dot_product_attention(const Tensor& q_, const Tensor& k_, const Tensor& v_, bool is_causal,
                                     std::optional<double> scale) {
   Tensor q = q_, k = k_, v = v_;
-  auto region = ops::autocast(OpId::k_scaled_dot_product_attention, {&q, &k, &v});
+  auto region = ops::autocast(OpId::kScaledDotProductAttention, {&q, &k, &v});
   const char* op = "scaled_dot_product_attention";
   MT_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), op,
            ": q, k and v must have the same rank (at least 2: [..., T, D], [..., S, D], [..., S, Dv]), got q ",
@@ -115,7 +115,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_, const Tensor& k_, const Te
 
 Tensor qkv_attention(const Tensor& qkv_, int64_t num_heads, bool is_causal, std::optional<double> scale) {
   Tensor qkv = qkv_;
-  auto region = ops::autocast(OpId::k_qkv_attention, {&qkv});
+  auto region = ops::autocast(OpId::kQkvAttention, {&qkv});
   const char* op = "qkv_attention";
   MT_CHECK(qkv.is_floating_point() && qkv.dim() >= 2, op,
            ": expected a floating-point input [..., T, 3 * num_heads * head_dim] (at least 2-D), got ", describe(qkv));

@@ -1,6 +1,6 @@
 // The one call every op front-end makes before choosing a kernel:
 //
-//   auto region = ops::autocast(OpId::k_linear, {&x, &w, &b});
+//   auto region = ops::autocast(OpId::kLinear, {&x, &w, &b});
 //
 // Inside an enabled autocast region it casts the eligible inputs (floating, not fp64, defined) in
 // place of the caller's local handles as the op's policy says (lower precision / fp32 / promote /

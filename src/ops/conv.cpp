@@ -39,7 +39,7 @@ int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Conv2dOptions& o) {
   Tensor x = x_in, w = w_in, b = b_in;
-  auto region = ops::autocast(OpId::k_conv2d, {&x, &w, &b});
+  auto region = ops::autocast(OpId::kConv2d, {&x, &w, &b});
   check_floating(x, "input");
   check_floating(w, "weight");
   check_same(x, "input", w, "weight");

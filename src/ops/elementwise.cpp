@@ -99,19 +99,19 @@ Tensor add_impl(const char* name, const Tensor& a, const Tensor& b, double alpha
 
 Tensor add(const Tensor& a_, const Tensor& b_, double alpha) {
   Tensor a = a_, b = b_;
-  auto region = ops::autocast(OpId::k_add, {&a, &b});
+  auto region = ops::autocast(OpId::kAdd, {&a, &b});
   return add_impl("add", a, b, alpha);
 }
 
 Tensor sub(const Tensor& a_, const Tensor& b_, double alpha) {
   Tensor a = a_, b = b_;
-  auto region = ops::autocast(OpId::k_sub, {&a, &b});
+  auto region = ops::autocast(OpId::kSub, {&a, &b});
   return add_impl("sub", a, b, -alpha);
 }
 
 Tensor mul(const Tensor& a_, const Tensor& b_) {
   Tensor a = a_, b = b_;
-  auto region = ops::autocast(OpId::k_mul, {&a, &b});
+  auto region = ops::autocast(OpId::kMul, {&a, &b});
   Operands p = prepare("mul", a, b, true);
   Tensor out = run_binary(BinaryOp::kMul, p);
   if (autograd::needs_grad({&p.a, &p.b})) {
@@ -132,7 +132,7 @@ Tensor mul(const Tensor& a_, const Tensor& b_) {
 
 Tensor div(const Tensor& a_, const Tensor& b_) {
   Tensor a = a_, b = b_;
-  auto region = ops::autocast(OpId::k_div, {&a, &b});
+  auto region = ops::autocast(OpId::kDiv, {&a, &b});
   Operands p = prepare("div", a, b, true);
   Tensor out = run_binary(BinaryOp::kDiv, p);
   if (autograd::needs_grad({&p.a, &p.b})) {
@@ -153,7 +153,7 @@ Tensor div(const Tensor& a_, const Tensor& b_) {
 
 Tensor pow(const Tensor& a_, const Tensor& e_) {
   Tensor a = a_, e = e_;
-  auto region = ops::autocast(OpId::k_pow, {&a, &e});
+  auto region = ops::autocast(OpId::kPow, {&a, &e});
   Operands p = prepare("pow", a, e, true);
   Tensor out = run_binary(BinaryOp::kPow, p);
   if (autograd::needs_grad({&p.a, &p.b})) {
@@ -173,7 +173,7 @@ Tensor pow(const Tensor& a_, const Tensor& e_) {
 
 Tensor add(const Tensor& a_, double b) {
   Tensor a = a_;
-  auto region = ops::autocast(OpId::k_add, {&a});
+  auto region = ops::autocast(OpId::kAdd, {&a});
   check_floating("add", a);
   Tensor out = run_unary(kernels::UnaryOp::k_add_scalar, a, {b});
   if (autograd::needs_grad({&a})) {
@@ -184,7 +184,7 @@ Tensor add(const Tensor& a_, double b) {
 
 Tensor mul(const Tensor& a_, double b) {
   Tensor a = a_;
-  auto region = ops::autocast(OpId::k_mul, {&a});
+  auto region = ops::autocast(OpId::kMul, {&a});
   check_floating("mul", a);
   Tensor out = run_unary(kernels::UnaryOp::k_mul_scalar, a, {b});
   if (autograd::needs_grad({&a})) {
@@ -195,7 +195,7 @@ Tensor mul(const Tensor& a_, double b) {
 
 Tensor where(const Tensor& cond_, const Tensor& a_, const Tensor& b_) {
   Tensor cond = cond_, a = a_, b = b_;
-  auto region = ops::autocast(OpId::k_where, {&a, &b});
+  auto region = ops::autocast(OpId::kWhere, {&a, &b});
   MT_CHECK(cond.defined(), "where: undefined condition");
   MT_CHECK(cond.dtype() == kBool, "where: the condition must be a bool tensor, got ", describe(cond));
   Operands p = prepare("where", a, b, false);
@@ -222,7 +222,7 @@ Tensor where(const Tensor& cond_, const Tensor& a_, const Tensor& b_) {
 
 Tensor masked_fill(const Tensor& x_, const Tensor& mask, double value) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_masked_fill, {&x});
+  auto region = ops::autocast(OpId::kMaskedFill, {&x});
   MT_CHECK(x.defined() && mask.defined(), "masked_fill: undefined tensor argument");
   MT_CHECK(mask.dtype() == kBool, "masked_fill: the mask must be a bool tensor, got ", describe(mask));
   MT_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), "masked_fill: mask ", describe(mask),

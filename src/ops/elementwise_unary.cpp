@@ -61,29 +61,29 @@ Tensor unary(const UnarySpec& spec, const Tensor& x_, Scalars s = {}) {
 
 }  // namespace
 
-Tensor neg(const Tensor& x) { return unary({OpId::k_neg, "neg", UnaryOp::k_neg, Saves::kNone, -1.0}, x); }
-Tensor exp(const Tensor& x) { return unary({OpId::k_exp, "exp", UnaryOp::k_exp, Saves::kOutput}, x); }
-Tensor log(const Tensor& x) { return unary({OpId::k_log, "log", UnaryOp::k_log, Saves::kInput}, x); }
-Tensor sqrt(const Tensor& x) { return unary({OpId::k_sqrt, "sqrt", UnaryOp::k_sqrt, Saves::kOutput}, x); }
-Tensor rsqrt(const Tensor& x) { return unary({OpId::k_rsqrt, "rsqrt", UnaryOp::k_rsqrt, Saves::kOutput}, x); }
-Tensor tanh(const Tensor& x) { return unary({OpId::k_tanh, "tanh", UnaryOp::k_tanh, Saves::kOutput}, x); }
-Tensor sigmoid(const Tensor& x) { return unary({OpId::k_sigmoid, "sigmoid", UnaryOp::k_sigmoid, Saves::kOutput}, x); }
-Tensor relu(const Tensor& x) { return unary({OpId::k_relu, "relu", UnaryOp::k_relu, Saves::kOutput}, x); }
-Tensor silu(const Tensor& x) { return unary({OpId::k_silu, "silu", UnaryOp::k_silu, Saves::kInput}, x); }
+Tensor neg(const Tensor& x) { return unary({OpId::kNeg, "neg", UnaryOp::k_neg, Saves::kNone, -1.0}, x); }
+Tensor exp(const Tensor& x) { return unary({OpId::kExp, "exp", UnaryOp::k_exp, Saves::kOutput}, x); }
+Tensor log(const Tensor& x) { return unary({OpId::kLog, "log", UnaryOp::k_log, Saves::kInput}, x); }
+Tensor sqrt(const Tensor& x) { return unary({OpId::kSqrt, "sqrt", UnaryOp::k_sqrt, Saves::kOutput}, x); }
+Tensor rsqrt(const Tensor& x) { return unary({OpId::kRsqrt, "rsqrt", UnaryOp::k_rsqrt, Saves::kOutput}, x); }
+Tensor tanh(const Tensor& x) { return unary({OpId::kTanh, "tanh", UnaryOp::k_tanh, Saves::kOutput}, x); }
+Tensor sigmoid(const Tensor& x) { return unary({OpId::kSigmoid, "sigmoid", UnaryOp::k_sigmoid, Saves::kOutput}, x); }
+Tensor relu(const Tensor& x) { return unary({OpId::kRelu, "relu", UnaryOp::k_relu, Saves::kOutput}, x); }
+Tensor silu(const Tensor& x) { return unary({OpId::kSilu, "silu", UnaryOp::k_silu, Saves::kInput}, x); }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   const UnaryOp k = approximate == GeluApproximation::kTanh ? UnaryOp::k_gelu_tanh : UnaryOp::k_gelu;
-  return unary({OpId::k_gelu, "gelu", k, Saves::kInput}, x);
+  return unary({OpId::kGelu, "gelu", k, Saves::kInput}, x);
 }
 
 Tensor clamp(const Tensor& x, double min, double max) {
-  return unary({OpId::k_clamp, "clamp", UnaryOp::k_clamp, Saves::kInput}, x, {min, max});
+  return unary({OpId::kClamp, "clamp", UnaryOp::k_clamp, Saves::kInput}, x, {min, max});
 }
 
 Tensor pow(const Tensor& x, double exponent) {
   // x^2 is common (squared errors, variances) and much cheaper than std::pow.
   const UnaryOp k = exponent == 2.0 ? UnaryOp::k_square : UnaryOp::k_pow_scalar;
-  return unary({OpId::k_pow, "pow", k, Saves::kInput}, x, {exponent});
+  return unary({OpId::kPow, "pow", k, Saves::kInput}, x, {exponent});
 }
 
 }  // namespace mixtrain

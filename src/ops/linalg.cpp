@@ -102,7 +102,7 @@ Tensor to_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : 
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
-  auto region = ops::autocast(OpId::k_matmul, {&a, &b});
+  auto region = ops::autocast(OpId::kMatmul, {&a, &b});
   check_operands("matmul", a, b);
   MT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got ", describe(a), " and ",
            describe(b));
@@ -152,7 +152,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
-  auto region = ops::autocast(OpId::k_bmm, {&a, &b});
+  auto region = ops::autocast(OpId::kBmm, {&a, &b});
   check_operands("bmm", a, b);
   MT_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors [batch, n, k] and [batch, k, m], got ", describe(a),
            " and ", describe(b));
@@ -178,7 +178,7 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   Tensor x = x_in, w = w_in, b = b_in;
-  auto region = ops::autocast(OpId::k_linear, {&x, &w, &b});
+  auto region = ops::autocast(OpId::kLinear, {&x, &w, &b});
   check_floating("linear", x, "input");
   check_floating("linear", w, "weight");
   check_same("linear", x, "input", w, "weight");

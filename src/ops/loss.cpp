@@ -79,7 +79,7 @@ Tensor class_loss(const char* op, const Tensor& input, const Tensor& target, con
 Tensor cross_entropy(const Tensor& logits_, const Tensor& target_, Reduction reduction, int64_t ignore_index,
                      double label_smoothing) {
   Tensor logits = logits_, target = target_;
-  auto region = ops::autocast(OpId::k_cross_entropy, {&logits});
+  auto region = ops::autocast(OpId::kCrossEntropy, {&logits});
   return class_loss("cross_entropy", logits, target,
                     {.log_probs = false,
                      .ignore_index = ignore_index,
@@ -89,7 +89,7 @@ Tensor cross_entropy(const Tensor& logits_, const Tensor& target_, Reduction red
 
 Tensor nll_loss(const Tensor& log_probs_, const Tensor& target_, Reduction reduction, int64_t ignore_index) {
   Tensor log_probs = log_probs_, target = target_;
-  auto region = ops::autocast(OpId::k_nll_loss, {&log_probs});
+  auto region = ops::autocast(OpId::kNllLoss, {&log_probs});
   return class_loss("nll_loss", log_probs, target,
                     {.log_probs = true, .ignore_index = ignore_index, .label_smoothing = 0.0, .reduction = reduction});
 }

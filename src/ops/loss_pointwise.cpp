@@ -52,19 +52,19 @@ Tensor pointwise_loss(const char* op, PointwiseLoss kind, const Tensor& input, c
 
 Tensor mse_loss(const Tensor& input_, const Tensor& target_, Reduction reduction) {
   Tensor input = input_, target = target_;
-  auto region = ops::autocast(OpId::k_mse_loss, {&input, &target});
+  auto region = ops::autocast(OpId::kMseLoss, {&input, &target});
   return pointwise_loss("mse_loss", PointwiseLoss::kMse, input, target, reduction);
 }
 
 Tensor binary_cross_entropy(const Tensor& probs_, const Tensor& target_, Reduction reduction) {
   Tensor probs = probs_, target = target_;
-  auto region = ops::autocast(OpId::k_binary_cross_entropy, {&probs, &target});
+  auto region = ops::autocast(OpId::kBinaryCrossEntropy, {&probs, &target});
   return pointwise_loss("binary_cross_entropy", PointwiseLoss::kBce, probs, target, reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits_, const Tensor& target_, Reduction reduction) {
   Tensor logits = logits_, target = target_;
-  auto region = ops::autocast(OpId::k_binary_cross_entropy_with_logits, {&logits, &target});
+  auto region = ops::autocast(OpId::kBinaryCrossEntropyWithLogits, {&logits, &target});
   return pointwise_loss("binary_cross_entropy_with_logits", PointwiseLoss::kBceWithLogits, logits, target, reduction);
 }
 

@@ -38,7 +38,7 @@ void check_channel_tensor(const Tensor& t, const char* what, const Tensor& x, in
 Tensor batch_norm(const Tensor& x_, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight_,
                   const Tensor& bias_, bool training, double momentum, double eps) {
   Tensor x = x_, weight = weight_, bias = bias_;
-  auto region = ops::autocast(OpId::k_batch_norm, {&x, &weight, &bias});
+  auto region = ops::autocast(OpId::kBatchNorm, {&x, &weight, &bias});
   MT_CHECK(x.defined() && x.is_floating_point() && x.dim() >= 2,
            "batch_norm: expected a floating-point input [N, C, *], got ", x.defined() ? describe(x) : "undefined");
   const int64_t C = x.size(1);

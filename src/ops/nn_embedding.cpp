@@ -18,7 +18,7 @@ using autograd::TensorList;
 
 Tensor embedding(const Tensor& indices_, const Tensor& weight_) {
   Tensor indices = indices_, weight = weight_;
-  auto region = ops::autocast(OpId::k_embedding, {&weight});
+  auto region = ops::autocast(OpId::kEmbedding, {&weight});
   MT_CHECK(weight.dim() == 2, "embedding: weight must be [num_embeddings, embedding_dim], got ", describe(weight));
   MT_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: indices must be int64 or int32, got ",
            describe(indices));
@@ -49,7 +49,7 @@ Tensor embedding(const Tensor& indices_, const Tensor& weight_) {
 
 Tensor dropout(const Tensor& x_, double p, bool training, Generator* gen) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_dropout, {&x});
+  auto region = ops::autocast(OpId::kDropout, {&x});
   MT_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p);
   MT_CHECK(x.is_floating_point(), "dropout: expected a floating-point input, got ", describe(x));
   if (!training || p == 0.0) return x;

@@ -32,7 +32,7 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
     h = gelu(x_.detach());
   }
   Tensor w = w_, b = b_;
-  auto region = ops::autocast(OpId::k_gelu_linear, {&h, &w, &b});
+  auto region = ops::autocast(OpId::kGeluLinear, {&h, &w, &b});
   Tensor y;
   {
     NoGradGuard no_grad;  // linear checks w and b and names itself in errors

@@ -15,7 +15,7 @@ using autograd::TensorList;
 Tensor layer_norm(const Tensor& x_, const Shape& normalized_shape, const Tensor& weight_, const Tensor& bias_,
                   double eps) {
   Tensor x = x_, weight = weight_, bias = bias_;
-  auto region = ops::autocast(OpId::k_layer_norm, {&x, &weight, &bias});
+  auto region = ops::autocast(OpId::kLayerNorm, {&x, &weight, &bias});
   MT_CHECK(x.is_floating_point(), "layer_norm: expected a floating-point input, got ", describe(x));
   const int k = normalized_shape.size();
   MT_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", normalized_shape,

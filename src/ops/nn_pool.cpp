@@ -37,7 +37,7 @@ kernels::Pool2dParams check_pool(const char* op, const Tensor& x, const Pool2dOp
 
 Tensor max_pool2d(const Tensor& x_, const Pool2dOptions& opts) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_max_pool2d, {&x});
+  auto region = ops::autocast(OpId::kMaxPool2d, {&x});
   Shape out_shape;
   const kernels::Pool2dParams p = check_pool("max_pool2d", x, opts, out_shape);
   MT_CHECK(x.size(2) * x.size(3) <= INT32_MAX, "max_pool2d: planes of more than 2^31 elements are not supported, got ",
@@ -61,7 +61,7 @@ Tensor max_pool2d(const Tensor& x_, const Pool2dOptions& opts) {
 
 Tensor avg_pool2d(const Tensor& x_, const Pool2dOptions& opts) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_avg_pool2d, {&x});
+  auto region = ops::autocast(OpId::kAvgPool2d, {&x});
   Shape out_shape;
   const kernels::Pool2dParams p = check_pool("avg_pool2d", x, opts, out_shape);
   const Tensor xc = x.contiguous();

@@ -50,13 +50,13 @@ Tensor softmax_impl(Tensor x, int64_t dim, std::optional<DType> dtype, bool log,
 
 Tensor softmax(const Tensor& x_, int64_t dim, std::optional<DType> dtype) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_softmax, {&x});
+  auto region = ops::autocast(OpId::kSoftmax, {&x});
   return softmax_impl(x, dim, dtype, /*log=*/false, "softmax");
 }
 
 Tensor log_softmax(const Tensor& x_, int64_t dim, std::optional<DType> dtype) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_log_softmax, {&x});
+  auto region = ops::autocast(OpId::kLogSoftmax, {&x});
   return softmax_impl(x, dim, dtype, /*log=*/true, "log_softmax");
 }
 

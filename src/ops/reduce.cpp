@@ -211,21 +211,21 @@ Tensor reduce_max(OpId id, const char* op, const Tensor& x_, const Shape& dims, 
 
 Tensor sum(const Tensor& x_, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_sum, {&x});
+  auto region = ops::autocast(OpId::kSum, {&x});
   return reduce_sum("sum", x, dims, keepdim, dtype, false);
 }
 
 Tensor mean(const Tensor& x_, const Shape& dims, bool keepdim, std::optional<DType> dtype) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_mean, {&x});
+  auto region = ops::autocast(OpId::kMean, {&x});
   return reduce_sum("mean", x, dims, keepdim, dtype, true);
 }
 
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) {
-  return reduce_max(OpId::k_amax, "amax", x, dims, keepdim);
+  return reduce_max(OpId::kAmax, "amax", x, dims, keepdim);
 }
 Tensor max(const Tensor& x, const Shape& dims, bool keepdim) {
-  return reduce_max(OpId::k_max, "max", x, dims, keepdim);
+  return reduce_max(OpId::kMax, "max", x, dims, keepdim);
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {

@@ -49,7 +49,7 @@ void record_split_backward(const char* op, const std::vector<Tensor>& inputs, co
 
 Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
   std::vector<Tensor> tensors = inputs;
-  auto region = ops::autocast(OpId::k_cat, tensors);
+  auto region = ops::autocast(OpId::kCat, tensors);
   const DType dtype = common_dtype("cat", tensors);
   const Tensor& first = tensors[0];
   MT_CHECK(first.dim() > 0, "cat: zero-dimensional tensor 0 ", describe(first), " cannot be concatenated");
@@ -81,7 +81,7 @@ Tensor cat(const std::vector<Tensor>& inputs, int64_t dim) {
 
 Tensor stack(const std::vector<Tensor>& inputs, int64_t dim) {
   std::vector<Tensor> tensors = inputs;
-  auto region = ops::autocast(OpId::k_stack, tensors);
+  auto region = ops::autocast(OpId::kStack, tensors);
   const DType dtype = common_dtype("stack", tensors);
   const Tensor& first = tensors[0];
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -101,7 +101,7 @@ Tensor stack(const std::vector<Tensor>& inputs, int64_t dim) {
 
 Tensor index_select(const Tensor& x_, int64_t dim, const Tensor& index) {
   Tensor x = x_;
-  auto region = ops::autocast(OpId::k_index_select, {&x});
+  auto region = ops::autocast(OpId::kIndexSelect, {&x});
   MT_CHECK(x.dim() >= 1, "index_select: expected an input with at least one dimension, got ", describe(x));
   MT_CHECK((index.dtype() == kInt64 || index.dtype() == kInt32) && index.dim() <= 1,
            "index_select: index must be a 1-D int64 or int32 tensor, got ", describe(index));

@@ -39,32 +39,32 @@ std::vector<OpCase> cases() {
   mt::Tensor w = rnd({8}, 12), wb = rnd({8}, 13), b3 = rnd({2, 8, 8}, 14), c3 = rnd({2, 8, 8}, 15);
   using V = const std::vector<mt::Tensor>&;
   return {
-      {"matmul", mt::OpId::k_matmul, [](V in) { return mt::matmul(in[0], in[1]); }, {a, b}},
-      {"bmm", mt::OpId::k_bmm, [](V in) { return mt::bmm(in[0], in[1]); }, {b3, c3}},
-      {"linear", mt::OpId::k_linear, [](V in) { return mt::linear(in[0], in[1], in[2]); }, {a, b, w}},
-      {"conv2d", mt::OpId::k_conv2d, [](V in) { return F::conv2d(in[0], in[1], in[2], {.padding_h = 1, .padding_w = 1}); },
+      {"matmul", mt::OpId::kMatmul, [](V in) { return mt::matmul(in[0], in[1]); }, {a, b}},
+      {"bmm", mt::OpId::kBmm, [](V in) { return mt::bmm(in[0], in[1]); }, {b3, c3}},
+      {"linear", mt::OpId::kLinear, [](V in) { return mt::linear(in[0], in[1], in[2]); }, {a, b, w}},
+      {"conv2d", mt::OpId::kConv2d, [](V in) { return F::conv2d(in[0], in[1], in[2], {.padding_h = 1, .padding_w = 1}); },
        {x4, w4, bias4}},
-      {"sdpa", mt::OpId::k_scaled_dot_product_attention,
+      {"sdpa", mt::OpId::kScaledDotProductAttention,
        [](V in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], true); }, {q, k, v}},
-      {"exp", mt::OpId::k_exp, [](V in) { return mt::exp(in[0]); }, {a}},
-      {"log", mt::OpId::k_log, [](V in) { return mt::log(in[0]); }, {pos}},
-      {"pow", mt::OpId::k_pow, [](V in) { return mt::pow(in[0], 1.5); }, {pos}},
-      {"rsqrt", mt::OpId::k_rsqrt, [](V in) { return mt::rsqrt(in[0]); }, {pos}},
-      {"sum", mt::OpId::k_sum, [](V in) { return mt::sum(in[0], {1}); }, {a}},
-      {"mean", mt::OpId::k_mean, [](V in) { return mt::mean(in[0]); }, {a}},
-      {"softmax", mt::OpId::k_softmax, [](V in) { return F::softmax(in[0], 0); }, {a}},
-      {"log_softmax", mt::OpId::k_log_softmax, [](V in) { return F::log_softmax(in[0], 1); }, {a}},
-      {"layer_norm", mt::OpId::k_layer_norm, [](V in) { return F::layer_norm(in[0], {8}, in[1], in[2]); }, {a, w, wb}},
-      {"cross_entropy", mt::OpId::k_cross_entropy, [](V in) { return F::cross_entropy(in[0], in[1]); }, {a, target}},
-      {"nll_loss", mt::OpId::k_nll_loss, [](V in) { return F::nll_loss(in[0], in[1]); }, {a, target}},
-      {"mse_loss", mt::OpId::k_mse_loss, [](V in) { return F::mse_loss(in[0], in[1]); }, {a, b}},
-      {"bce_with_logits", mt::OpId::k_binary_cross_entropy_with_logits,
+      {"exp", mt::OpId::kExp, [](V in) { return mt::exp(in[0]); }, {a}},
+      {"log", mt::OpId::kLog, [](V in) { return mt::log(in[0]); }, {pos}},
+      {"pow", mt::OpId::kPow, [](V in) { return mt::pow(in[0], 1.5); }, {pos}},
+      {"rsqrt", mt::OpId::kRsqrt, [](V in) { return mt::rsqrt(in[0]); }, {pos}},
+      {"sum", mt::OpId::kSum, [](V in) { return mt::sum(in[0], {1}); }, {a}},
+      {"mean", mt::OpId::kMean, [](V in) { return mt::mean(in[0]); }, {a}},
+      {"softmax", mt::OpId::kSoftmax, [](V in) { return F::softmax(in[0], 0); }, {a}},
+      {"log_softmax", mt::OpId::kLogSoftmax, [](V in) { return F::log_softmax(in[0], 1); }, {a}},
+      {"layer_norm", mt::OpId::kLayerNorm, [](V in) { return F::layer_norm(in[0], {8}, in[1], in[2]); }, {a, w, wb}},
+      {"cross_entropy", mt::OpId::kCrossEntropy, [](V in) { return F::cross_entropy(in[0], in[1]); }, {a, target}},
+      {"nll_loss", mt::OpId::kNllLoss, [](V in) { return F::nll_loss(in[0], in[1]); }, {a, target}},
+      {"mse_loss", mt::OpId::kMseLoss, [](V in) { return F::mse_loss(in[0], in[1]); }, {a, b}},
+      {"bce_with_logits", mt::OpId::kBinaryCrossEntropyWithLogits,
        [](V in) { return F::binary_cross_entropy_with_logits(in[0], in[1]); }, {a, labels}},
-      {"add", mt::OpId::k_add, [](V in) { return mt::add(in[0], in[1]); }, {a, b}},
-      {"mul", mt::OpId::k_mul, [](V in) { return mt::mul(in[0], in[1]); }, {a, b}},
-      {"relu", mt::OpId::k_relu, [](V in) { return mt::relu(in[0]); }, {a}},
-      {"gelu", mt::OpId::k_gelu, [](V in) { return mt::gelu(in[0]); }, {a}},
-      {"max_pool2d", mt::OpId::k_max_pool2d, [](V in) { return F::max_pool2d(in[0], {.kernel_h = 2, .kernel_w = 2}); }, {x4}},
+      {"add", mt::OpId::kAdd, [](V in) { return mt::add(in[0], in[1]); }, {a, b}},
+      {"mul", mt::OpId::kMul, [](V in) { return mt::mul(in[0], in[1]); }, {a, b}},
+      {"relu", mt::OpId::kRelu, [](V in) { return mt::relu(in[0]); }, {a}},
+      {"gelu", mt::OpId::kGelu, [](V in) { return mt::gelu(in[0]); }, {a}},
+      {"max_pool2d", mt::OpId::kMaxPool2d, [](V in) { return F::max_pool2d(in[0], {.kernel_h = 2, .kernel_w = 2}); }, {x4}},
   };
 }
 
@@ -109,7 +109,7 @@ TEST_P(AutocastPolicyTest, EveryOpMatchesManualCast) {
       got = c.fn(inputs);
     }
     mt::Tensor manual = c.fn(cast_floats(inputs, expect));
-    if (c.op == mt::OpId::k_max_pool2d || c.op == mt::OpId::k_relu || c.op == mt::OpId::k_gelu) {
+    if (c.op == mt::OpId::kMaxPool2d || c.op == mt::OpId::kRelu || c.op == mt::OpId::kGelu) {
       EXPECT_EQ(got.dtype(), input_dtype) << c.name << " is unlisted: runs in its input dtype";
     } else {
       EXPECT_EQ(got.dtype(), expect) << c.name;
@@ -292,8 +292,8 @@ TEST(AutocastCache, MemoryDoesNotGrowOverRepeatedForwards) {
 
 TEST(AutocastPolicy, OverridesAndRegisteredOps) {
   mt::Tensor a = rnd({8, 8}, 1);
-  EXPECT_EQ(mt::amp::Policy::get(mt::OpId::k_matmul).policy, CastPolicy::kLowerPrecision);
-  mt::amp::Policy::set(mt::OpId::k_matmul, CastPolicy::kFp32);
+  EXPECT_EQ(mt::amp::Policy::get(mt::OpId::kMatmul).policy, CastPolicy::kLowerPrecision);
+  mt::amp::Policy::set(mt::OpId::kMatmul, CastPolicy::kFp32);
   {
     Autocast ac(mt::testing::test_device().type, mt::kBFloat16);
     EXPECT_EQ(mt::matmul(a, a).dtype(), mt::kFloat32);
@@ -303,7 +303,7 @@ TEST(AutocastPolicy, OverridesAndRegisteredOps) {
     mt::amp::AutocastOptions o;
     o.device_type = mixtrain::testing::test_device().type;
     o.dtype = mt::kBFloat16;
-    o.overrides = {{mt::amp::policy_id(mt::OpId::k_softmax), CastPolicy::kLowerPrecision}};
+    o.overrides = {{mt::amp::policy_id(mt::OpId::kSoftmax), CastPolicy::kLowerPrecision}};
     Autocast ac(o);
     EXPECT_EQ(F::softmax(a, 1).dtype(), mt::kBFloat16);
     EXPECT_EQ(mt::matmul(a, a).dtype(), mt::kBFloat16);
@@ -373,4 +373,37 @@ TEST(Autocast, BackwardInsideARegionIsNotAutocast) {
   std::vector<float> inside = run(true, &inside_records), outside = run(false, &outside_records);
   EXPECT_EQ(inside_records, 0u);
   EXPECT_EQ(inside, outside);
+}
+
+// One policy table per device type: the CUDA table is PyTorch's CUDA lists, which differ from the
+// CPU table in two ops; overrides can name one device type.
+TEST(AutocastPolicy, EachDeviceTypeHasItsOwnTable) {
+  using mt::amp::Policy;
+  int differing = 0;
+  for (int i = 0; i < mt::kNumOps; ++i) {
+    const auto op = static_cast<mt::OpId>(i);
+    const mt::amp::Rule cpu = Policy::default_rule(mt::amp::policy_id(op), mt::kCPU);
+    const mt::amp::Rule cuda = Policy::default_rule(mt::amp::policy_id(op), mt::kCUDA);
+    const mt::amp::Rule other = Policy::default_rule(mt::amp::policy_id(op), mt::kPrivateUse1);
+    EXPECT_EQ(other.policy, cpu.policy) << mt::op_name(op) << ": an out-of-tree device starts from the CPU table";
+    differing += cuda.policy != cpu.policy || cuda.refuse_always != cpu.refuse_always;
+  }
+  EXPECT_EQ(differing, 2);
+  EXPECT_EQ(Policy::default_rule(mt::amp::policy_id(mt::OpId::kMean), mt::kCUDA).policy, CastPolicy::kInputDtype);
+  EXPECT_EQ(Policy::default_rule(mt::amp::policy_id(mt::OpId::kMean), mt::kCPU).policy, CastPolicy::kFp32);
+  EXPECT_TRUE(Policy::default_rule(mt::amp::policy_id(mt::OpId::kBinaryCrossEntropy), mt::kCUDA).refuse_always);
+  EXPECT_FALSE(Policy::default_rule(mt::amp::policy_id(mt::OpId::kBinaryCrossEntropy), mt::kCPU).refuse_always);
+
+  // An override for one device type leaves the others alone; one without a device type sets all.
+  Policy::set(mt::OpId::kSoftmax, CastPolicy::kLowerPrecision, mt::kCUDA);
+  EXPECT_EQ(Policy::get(mt::OpId::kSoftmax, mt::kCUDA).policy, CastPolicy::kLowerPrecision);
+  EXPECT_EQ(Policy::get(mt::OpId::kSoftmax, mt::kCPU).policy, CastPolicy::kFp32);
+  {
+    Autocast ac(mixtrain::testing::test_device().type, mt::kBFloat16);
+    EXPECT_EQ(F::softmax(mt::randn({2, 3}), 1).dtype(), mt::kFloat32) << "the CUDA override does not reach this device";
+  }
+  Policy::set(mt::OpId::kSoftmax, CastPolicy::kLowerPrecision);
+  EXPECT_EQ(Policy::get(mt::OpId::kSoftmax, mt::kCPU).policy, CastPolicy::kLowerPrecision);
+  Policy::reset();
+  EXPECT_EQ(Policy::get(mt::OpId::kSoftmax, mt::kCUDA).policy, CastPolicy::kFp32);
 }

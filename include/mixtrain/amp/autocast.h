@@ -33,7 +33,7 @@ struct AutocastOptions {
   bool enabled = true;
   std::optional<bool> cache_enabled;  // default: the enclosing region's setting (true at top level)
   // Rules that apply inside this region only (and regions nested in it), e.g.
-  // {{policy_id(OpId::k_softmax), CastPolicy::kLowerPrecision}}.
+  // {{policy_id(OpId::kSoftmax), CastPolicy::kLowerPrecision}}.
   std::vector<std::pair<PolicyId, CastPolicy>> overrides;
 };
 
