@@ -6,12 +6,13 @@
 #include <cstdint>
 
 #include "kernels/dispatch.h"
-#include "mixtrain/nn/functional.h"
 #include "mixtrain/tensor.h"
 
 namespace mixtrain::kernels {
 
-using nn::functional::Reduction;
+// How a loss reduces its per-element values (the kernels' copy of nn::functional::Reduction, whose
+// values it shares: the front-ends cast between them).
+enum class Reduction : uint8_t { kNone, kMean, kSum };
 
 // ---- cross_entropy / nll_loss (src/kernels/cpu/loss.cpp). input [M, C] (logits, or log-probs when
 // `log_probs`), target [M] int32/int64 (validated: in [0, C) or ignore_index).

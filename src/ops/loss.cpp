@@ -8,6 +8,7 @@
 // accumulates in fp32. cross_entropy saves the logits and each row's max and log-sum-exp (fp32), so its
 // backward is one pass: (softmax - target distribution) * scale.
 #include "kernels/loss.h"
+#include "ops/loss_reduction.h"
 #include "kernels/shape_ops.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/functional.h"
@@ -56,7 +57,7 @@ Tensor class_loss(const char* op, const Tensor& input, const Tensor& target, con
 
   const DType stat_dtype = input.dtype() == kFloat64 ? kFloat64 : kFloat32;
   const Tensor lse = p.log_probs ? Tensor() : Tensor::empty({M, 2}, stat_dtype, input.device());
-  Tensor out = Tensor::empty(p.reduction == Reduction::kNone ? Shape{M} : Shape{}, input.dtype(), input.device());
+  Tensor out = Tensor::empty(p.reduction == kernels::Reduction::kNone ? Shape{M} : Shape{}, input.dtype(), input.device());
   const int64_t valid_rows = kernels::class_loss_fwd(input.device(), input.dtype())(rows, t, out, lse, p);
 
   if (autograd::needs_grad({&rows})) {
@@ -71,7 +72,7 @@ Tensor class_loss(const char* op, const Tensor& input, const Tensor& target, con
                        return TensorList{gx};
                      });
   }
-  return p.reduction == Reduction::kNone ? out.reshape(target.shape()) : out;
+  return p.reduction == kernels::Reduction::kNone ? out.reshape(target.shape()) : out;
 }
 
 }  // namespace
@@ -84,14 +85,14 @@ Tensor cross_entropy(const Tensor& logits_, const Tensor& target_, Reduction red
                     {.log_probs = false,
                      .ignore_index = ignore_index,
                      .label_smoothing = label_smoothing,
-                     .reduction = reduction});
+                     .reduction = ops::kernel_reduction(reduction)});
 }
 
 Tensor nll_loss(const Tensor& log_probs_, const Tensor& target_, Reduction reduction, int64_t ignore_index) {
   Tensor log_probs = log_probs_, target = target_;
   auto region = ops::autocast(OpId::kNllLoss, {&log_probs});
   return class_loss("nll_loss", log_probs, target,
-                    {.log_probs = true, .ignore_index = ignore_index, .label_smoothing = 0.0, .reduction = reduction});
+                    {.log_probs = true, .ignore_index = ignore_index, .label_smoothing = 0.0, .reduction = ops::kernel_reduction(reduction)});
 }
 
 }  // namespace mixtrain::nn::functional

@@ -5,6 +5,7 @@
 // Input and target must have the same shape; a mixed-dtype pair is promoted to the common dtype
 // (the cast is recorded, so gradients return in each argument's own dtype).
 #include "kernels/loss.h"
+#include "ops/loss_reduction.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/functional.h"
 #include "ops/autocast_hook.h"
@@ -27,7 +28,7 @@ Tensor pointwise_loss(const char* op, PointwiseLoss kind, const Tensor& input, c
   const Tensor x = input.to(dtype).contiguous();
   const Tensor t = target.to(dtype).contiguous();
   Tensor out = Tensor::empty(reduction == Reduction::kNone ? x.shape() : Shape{}, dtype, x.device());
-  const int64_t bad = kernels::pointwise_loss_fwd(x.device(), dtype)(kind, x, t, out, reduction);
+  const int64_t bad = kernels::pointwise_loss_fwd(x.device(), dtype)(kind, x, t, out, ops::kernel_reduction(reduction));
   if (bad >= 0) {
     MT_FAIL(op, ": every input probability must be in [0, 1]; element ", bad, " of input ", describe(input), " is ",
             x.detach().to_vector<double>()[bad]);
@@ -41,7 +42,7 @@ Tensor pointwise_loss(const char* op, PointwiseLoss kind, const Tensor& input, c
                        const Tensor gy = g[0].to(xv.dtype()).contiguous();
                        Tensor gx = need_x ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
                        Tensor gt = need_t ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
-                       kernels::pointwise_loss_bwd(xv.device(), xv.dtype())(kind, xv, tv, gy, gx, gt, reduction);
+                       kernels::pointwise_loss_bwd(xv.device(), xv.dtype())(kind, xv, tv, gy, gx, gt, ops::kernel_reduction(reduction));
                        return TensorList{gx, gt};
                      });
   }
