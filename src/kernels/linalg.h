@@ -31,18 +31,25 @@ inline const DispatchTable<MatmulFn>& matmul_kernel() { return matmul_table; }
 // operands are widened exactly to fp32, the fp32 kernel runs and the result is rounded once into
 // out's dtype (fp32, bf16 or fp16). Shapes and strides as for MatmulFn. The numerics equal those
 // of the 16-bit kernels whenever every fp32 operand holds exactly widened 16-bit values.
-void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+// Keyed by out's dtype.
+extern DispatchTable<MatmulFn> matmul_fp32_route_table;
+inline void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  matmul_fp32_route_table(out.device(), out.dtype())(a, b, bias, out);
+}
 
 // out[j] = sum_i x[i, j] for a 2-D x of any strides; out is 1-D and contiguous, of x's dtype or --
 // for an fp32 x -- bf16 or fp16 (the fp32 sum rounded once). The bias gradient of linear.
 // Accumulation fp32 (fp64 for fp64), each column summed in row order: results do not depend on
 // the thread count, and an fp32 x of exactly widened 16-bit values gives the same bits as the
 // 16-bit x itself.
-void sum_rows(const Tensor& x, const Tensor& out);
+using SumRowsFn = void(const Tensor& x, const Tensor& out);
+extern DispatchTable<SumRowsFn> sum_rows_table;  // keyed by x's dtype
+inline void sum_rows(const Tensor& x, const Tensor& out) { sum_rows_table(x.device(), x.dtype())(x, out); }
 
 // out (contiguous, same rank and dtype as x, each dim equal to x's or 1) = x summed over the dims
 // where out has size 1: the gradient of a broadcast batch dim of matmul.
-void sum_to_size(const Tensor& x, const Tensor& out);
+extern DispatchTable<SumRowsFn> sum_to_size_table;  // keyed by x's dtype
+inline void sum_to_size(const Tensor& x, const Tensor& out) { sum_to_size_table(x.device(), x.dtype())(x, out); }
 
 // How bfloat16 matmuls and convolutions compute. kNative runs oneDNN's bf16 kernels; kFp32
 // converts the operands exactly to fp32, runs the fp32 kernel and rounds the result once (the same
@@ -70,6 +77,12 @@ void require_bf16_path_runs(const char* op);
 // no f16 CPU kernels), bf16 where bf16_path() is kFp32. Callers that feed one 16-bit operand to
 // several products can widen it once and pass the fp32 copy to matmul_fp32_route.
 bool uses_fp32_route(DType dtype);
+// The same question asked of `device`'s backend (a device-generic op asks this one): whether its
+// matmuls of `dtype` run on the fp32 route, so that matmul_fp32_route is the way to feed them a
+// widened operand. Every backend registers an answer for every dtype.
+using UsesFp32RouteFn = bool(DType dtype);
+extern DispatchTable<UsesFp32RouteFn> uses_fp32_route_table;
+inline bool uses_fp32_route(Device device, DType dtype) { return uses_fp32_route_table(device, dtype)(dtype); }
 
 // oneDNN primitive caches (matmul and conv), shared counters: primitives created (cache misses)
 // and cache hits since the process started.

@@ -82,6 +82,13 @@ constinit DispatchTable<PackMasterFn> pack_master_table{"pack master"};
 constinit DispatchTable<AmpUnscaleFn> amp_unscale_table{"grad scaler unscale"};
 constinit DispatchTable<AmpUpdateScaleFn> amp_update_scale_table{"grad scaler update"};
 
+constinit DispatchTable<MatmulFn> matmul_fp32_route_table{"matmul (fp32 route)"};
+constinit DispatchTable<UsesFp32RouteFn> uses_fp32_route_table{"matmul route"};
+constinit DispatchTable<SumRowsFn> sum_rows_table{"sum_rows"};
+constinit DispatchTable<SumRowsFn> sum_to_size_table{"sum_to_size"};
+constinit DispatchTable<FindBadIndexFn> find_bad_index_table{"index check"};
+constinit DispatchTable<GatherRowsFn> gather_rows_table{"index_select"};
+
 void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void* context) {
   auto all = [&](auto& tables) {
     for (auto& t : tables) visit(t, context);
@@ -94,7 +101,8 @@ void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void
            &batch_norm_forward, &batch_norm_backward, &batch_norm_update_stats, &class_loss_fwd, &class_loss_bwd,
            &pointwise_loss_fwd, &pointwise_loss_bwd, &scale_and_check_table, &norm_partials_table,
            &sgd_step_table, &adam_step_table, &unpack_master_table, &pack_master_table, &amp_unscale_table,
-           &amp_update_scale_table})
+           &amp_update_scale_table, &matmul_fp32_route_table, &uses_fp32_route_table, &sum_rows_table,
+           &sum_to_size_table, &find_bad_index_table, &gather_rows_table})
     visit(*t, context);
   all(unary_forward_tables);
   all(unary_backward_tables);

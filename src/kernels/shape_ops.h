@@ -28,12 +28,23 @@ struct BadIndex {
   int64_t position;
   int64_t value;
 };
-std::optional<BadIndex> find_bad_index(const Tensor& index, int64_t bound, std::optional<int64_t> ignore = std::nullopt);
+// Keyed by the index's dtype.
+using FindBadIndexFn = std::optional<BadIndex>(const Tensor& index, int64_t bound, std::optional<int64_t> ignore);
+extern DispatchTable<FindBadIndexFn> find_bad_index_table;
+inline std::optional<BadIndex> find_bad_index(const Tensor& index, int64_t bound,
+                                              std::optional<int64_t> ignore = std::nullopt) {
+  return find_bad_index_table(index.device(), index.dtype())(index, bound, ignore);
+}
 
 // out[o, j, :] = src[o, index[j], :] with src viewed as [outer, n, inner] and out as [outer, m, inner]
 // (both contiguous, same dtype, any dtype: rows are copied as bytes). index: contiguous int32/int64
 // of m values in [0, n), already validated.
-void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner);
+// Keyed by src's dtype.
+using GatherRowsFn = void(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner);
+extern DispatchTable<GatherRowsFn> gather_rows_table;
+inline void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner) {
+  gather_rows_table(src.device(), src.dtype())(src, index, out, outer, inner);
+}
 
 // gx[o, k, :] = sum over j with index[j] == k of gy[o, j, :], in increasing j (fp32 accumulation,
 // fp64 for fp64), zero for rows no index names. Deterministic for any thread count: each output row

@@ -224,7 +224,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
 namespace ops {
 
 LinearOutputGrad::LinearOutputGrad(const Tensor& gy)
-    : g_(kernels::uses_fp32_route(gy.dtype()) && gy.numel() > 0 ? gy.to(kFloat32) : gy), dtype_(gy.dtype()) {}
+    : g_(kernels::uses_fp32_route(gy.device(), gy.dtype()) && gy.numel() > 0 ? gy.to(kFloat32) : gy),
+      dtype_(gy.dtype()) {}
 
 Tensor LinearOutputGrad::product(const Tensor& a, const Tensor& b) const {
   if (!route()) return mm(a, b);

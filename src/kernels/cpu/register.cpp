@@ -9,6 +9,7 @@ void register_cpu(Registry& registry) {
   register_cpu_binary(registry);
   register_cpu_reduce(registry);
   register_cpu_shape_ops(registry);
+  register_cpu_linalg_sum(registry);
   register_cpu_softmax(registry);
   register_cpu_attention(registry);
   register_cpu_layer_norm(registry);

@@ -14,6 +14,7 @@ void register_cpu_unary(const Registry& r);
 void register_cpu_binary(const Registry& r);
 void register_cpu_reduce(const Registry& r);
 void register_cpu_shape_ops(const Registry& r);
+void register_cpu_linalg_sum(const Registry& r);
 void register_cpu_softmax(const Registry& r);
 void register_cpu_attention(const Registry& r);
 void register_cpu_layer_norm(const Registry& r);

@@ -15,7 +15,7 @@
 namespace mixtrain::kernels {
 
 
-std::optional<BadIndex> find_bad_index(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
+static std::optional<BadIndex> find_bad_index_cpu(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
   return dispatch_index(index.dtype(), "find_bad_index", [&]<typename I>() -> std::optional<BadIndex> {
     const I* p = host_ptr<I>(index);
     const int64_t n = index.numel();
@@ -27,7 +27,7 @@ std::optional<BadIndex> find_bad_index(const Tensor& index, int64_t bound, std::
   });
 }
 
-void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner) {
+static void gather_rows_cpu(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner) {
   const int64_t m = index.numel();
   const int64_t n = outer * inner == 0 ? 0 : src.numel() / (outer * inner);
   const size_t row_bytes = static_cast<size_t>(inner) * src.element_size();
@@ -94,6 +94,8 @@ struct ScatterAddRows {
 
 void register_cpu_shape_ops(const Registry& r) {
   r.floating<ScatterAddRows>(scatter_add_rows);
+  r.every_dtype(find_bad_index_table, &find_bad_index_cpu);  // the kernel names an index dtype it refuses
+  r.every_dtype(gather_rows_table, &gather_rows_cpu);
 }
 
 }  // namespace mixtrain::kernels

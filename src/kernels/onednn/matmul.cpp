@@ -209,14 +209,18 @@ void matmul_fp64(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
 
 }  // namespace
 
+void matmul_fp32_route_cpu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
+
 void register_onednn_matmul(const Registry& r) {
   r.set(matmul_table, kFloat32, &matmul_fp32);
   r.set(matmul_table, kBFloat16, &matmul_bf16);
-  r.set(matmul_table, kFloat16, &matmul_fp32_route);  // no fp16 GEMM in oneDNN 2.6 on CPU
+  r.set(matmul_table, kFloat16, &matmul_fp32_route_cpu);  // no fp16 GEMM in oneDNN 2.6 on CPU
+  for (DType d : {kFloat32, kBFloat16, kFloat16}) r.set(matmul_fp32_route_table, d, &matmul_fp32_route_cpu);
+  r.every_dtype(uses_fp32_route_table, &uses_fp32_route);
   r.set(matmul_table, kFloat64, &matmul_fp64);
 }
 
-void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+void matmul_fp32_route_cpu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
   MT_INTERNAL_ASSERT(is_route_dtype(a.dtype()) && is_route_dtype(b.dtype()) && is_route_dtype(out.dtype()) &&
                          (!bias.defined() || is_route_dtype(bias.dtype())),
                      "matmul_fp32_route: unexpected dtypes ", describe(a), ", ", describe(b), ", ", describe(out));

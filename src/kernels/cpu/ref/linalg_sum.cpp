@@ -14,6 +14,7 @@
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/linalg.h"
 #include "kernels/cpu/host_ptr.h"
+#include "kernels/cpu/register.h"
 
 namespace mixtrain::kernels {
 
@@ -56,7 +57,7 @@ void sum_rows_unit_stride(const Tensor& x, const Tensor& out) {
 
 }  // namespace
 
-void sum_rows(const Tensor& x, const Tensor& out) {
+void sum_rows_cpu(const Tensor& x, const Tensor& out) {
   MT_INTERNAL_ASSERT(
       x.dim() == 2 && out.dim() == 1 && out.size(0) == x.size(1) && out.is_contiguous() &&
       (out.dtype() == x.dtype() || (x.dtype() == kFloat32 && (out.dtype() == kFloat16 || out.dtype() == kBFloat16))));
@@ -90,7 +91,7 @@ void sum_rows(const Tensor& x, const Tensor& out) {
   });
 }
 
-void sum_to_size(const Tensor& x, const Tensor& out) {
+void sum_to_size_cpu(const Tensor& x, const Tensor& out) {
   MT_INTERNAL_ASSERT(x.dim() == out.dim() && out.is_contiguous() && out.dtype() == x.dtype());
   const int r = x.dim();
   Shape out_st = out.strides();
@@ -122,6 +123,13 @@ void sum_to_size(const Tensor& x, const Tensor& out) {
     T* po = host_ptr<T>(out);
     for (int64_t i = 0; i < out.numel(); ++i) po[i] = store<T>(acc[i]);
   });
+}
+
+void register_cpu_linalg_sum(const Registry& r) {
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    r.set(sum_rows_table, d, &sum_rows_cpu);
+    r.set(sum_to_size_table, d, &sum_to_size_cpu);
+  }
 }
 
 }  // namespace mixtrain::kernels
