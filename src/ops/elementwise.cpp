@@ -7,7 +7,7 @@
 // formulas reduce a broadcast gradient with sum_to and save only what the needed gradients use.
 #include "kernels/elementwise.h"
 
-#include "core/inplace.h"
+#include "ops/inplace.h"
 #include "kernels/copy.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
