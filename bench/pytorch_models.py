@@ -1,4 +1,4 @@
-"""PyTorch definitions of mixtrain's named models (include/mixtrain/nn/models.h).
+"""PyTorch definitions of mixtrain's named models (tools/mixtrain/models.h).
 
 Each model has exactly the state_dict names and shapes of the mixtrain model of the same name, so a
 mixtrain checkpoint loads with ``model.load_state_dict(tensors, strict=True)`` unchanged:

@@ -18,7 +18,6 @@
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/memory.h"
 #include "mixtrain/nn/functional.h"
-#include "mixtrain/nn/models.h"
 #include "mixtrain/nn/modules.h"
 #include "mixtrain/op_id.h"
 #include "mixtrain/optim/adam.h"

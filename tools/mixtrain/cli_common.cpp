@@ -89,8 +89,8 @@ std::string describe(const DataSpec& spec) {
 void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
   auto has = [&](Flags f) { return (flags & static_cast<unsigned>(f)) != 0; };
   if (has(Flags::kModel))
-    app.add_option("--model", a.model, "Model: " + join(nn::model_names()))
-        ->check(CLI::IsMember(nn::model_names()))
+    app.add_option("--model", a.model, "Model: " + join(cli::model_names()))
+        ->check(CLI::IsMember(cli::model_names()))
         ->capture_default_str();
   if (has(Flags::kData))
     app.add_option("--data", a.data,
@@ -182,8 +182,8 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
 }
 
 void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision precision) {
-  const nn::ModelInfo& info = nn::model_info(a.model);
-  const bool lm = info.task == nn::ModelTask::kLanguageModel;
+  const cli::ModelInfo& info = cli::model_info(a.model);
+  const bool lm = info.task == cli::ModelTask::kLanguageModel;
   const bool text = spec.kind == DataSpec::Kind::kText;
   if (lm && !(text || spec.kind == DataSpec::Kind::kSynthetic))
     throw UsageError("model " + a.model + " is a language model: use --data text:FILE or --data synthetic");
@@ -219,9 +219,9 @@ std::string random_text(int64_t n, uint64_t seed) {
   return s;
 }
 
-LoadedData load_data(const DataSpec& spec, const nn::ModelInfo& model, uint64_t seed) {
+LoadedData load_data(const DataSpec& spec, const cli::ModelInfo& model, uint64_t seed) {
   LoadedData d;
-  const int64_t context = model.task == nn::ModelTask::kLanguageModel ? model.sample_shape[0] : 0;
+  const int64_t context = model.task == cli::ModelTask::kLanguageModel ? model.sample_shape[0] : 0;
   // Language-model windows do not overlap (stride = context): an epoch is one pass over the text.
   const data::TextOptions train_text{.part = data::TextPart::kTrain, .stride = context};
   const data::TextOptions val_text{.part = data::TextPart::kVal, .stride = context};
@@ -239,7 +239,7 @@ LoadedData load_data(const DataSpec& spec, const nn::ModelInfo& model, uint64_t 
       d.eval = std::make_unique<data::TextDataset>(spec.path, context, val_text);
       break;
     case DataSpec::Kind::kSynthetic:
-      if (model.task == nn::ModelTask::kLanguageModel) {
+      if (model.task == cli::ModelTask::kLanguageModel) {
         // Enough random bytes for synthetic_size training windows plus a 10% validation part that
         // holds at least two windows.
         const int64_t bytes = std::max((spec.synthetic_size * 10 / 9 + 2) * context + 2, 20 * (context + 1));
@@ -261,7 +261,7 @@ LoadedData load_data(const DataSpec& spec, const nn::ModelInfo& model, uint64_t 
 }
 
 train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precision, DType param_dtype) {
-  const nn::ModelInfo& info = nn::model_info(a.model);
+  const cli::ModelInfo& info = cli::model_info(a.model);
   train::TrainerOptions o;
   o.precision = {.precision = precision, .scaler = train::parse_scaler_mode(a.scaler), .param_dtype = param_dtype};
   o.epochs = a.epochs;
@@ -285,7 +285,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   if (a.augment == "flip") o.train_transform = data::random_horizontal_flip(a.seed);
   o.flops_per_sample = info.flops_per_sample;
   // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.
-  o.eval_batch_size = info.task == nn::ModelTask::kLanguageModel ? 64 : 500;
+  o.eval_batch_size = info.task == cli::ModelTask::kLanguageModel ? 64 : 500;
   return o;
 }
 

@@ -4,7 +4,7 @@
 
 #include <mixtrain/cpu.h>
 #include <mixtrain/data/dataset.h>
-#include <mixtrain/nn/models.h>
+#include "models.h"
 #include <mixtrain/train/trainer.h>
 
 #include <CLI/CLI.hpp>
@@ -85,7 +85,7 @@ struct LoadedData {
 };
 // Loads (or generates) the training and evaluation sets for the model. mt::Error for missing or
 // corrupt files, with the install hint for Fashion-MNIST.
-LoadedData load_data(const DataSpec& spec, const nn::ModelInfo& model, uint64_t seed);
+LoadedData load_data(const DataSpec& spec, const cli::ModelInfo& model, uint64_t seed);
 
 // `n` pseudo-random bytes (Philox keyed by `seed`): random tokens for the gpt model.
 std::string random_text(int64_t n, uint64_t seed);

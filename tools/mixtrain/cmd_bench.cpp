@@ -37,20 +37,20 @@ int run_bench(const BenchArgs& b) {
   spec.synthetic_size = a.batch_size * (b.warmup + a.steps);
   check_combination(a, spec, precision);
   const int threads = apply_threads(a.threads);
-  nn::ModelInfo info = nn::model_info(a.model);
+  cli::ModelInfo info = cli::model_info(a.model);
   nn::GPTConfig gpt_config;
   if (b.embed > 0) {
-    if (info.task != nn::ModelTask::kLanguageModel)
+    if (info.task != cli::ModelTask::kLanguageModel)
       throw UsageError("--embed sets the width of the gpt model; model " + a.model + " has a fixed architecture");
     if (b.embed % gpt_config.num_heads != 0)
       throw UsageError("--embed must be a multiple of the " + std::to_string(gpt_config.num_heads) + " heads, got " +
                        std::to_string(b.embed));
     gpt_config.embed_dim = b.embed;
-    info = nn::gpt_model_info(gpt_config);
+    info = cli::gpt_model_info(gpt_config);
   }
   LoadedData data = load_data(spec, info, a.seed);
 
-  std::shared_ptr<nn::Module> model = b.embed > 0 ? nn::make_gpt(gpt_config, a.seed) : nn::make_model(a.model, a.seed);
+  std::shared_ptr<nn::Module> model = b.embed > 0 ? cli::make_gpt(gpt_config, a.seed) : cli::make_model(a.model, a.seed);
   train::TrainerOptions o = trainer_options(a, precision, train::parse_param_dtype(a.master_weights));
   o.flops_per_sample = info.flops_per_sample;
   o.max_steps = b.warmup + a.steps;
@@ -79,7 +79,7 @@ int run_bench(const BenchArgs& b) {
                               {"precision", a.precision},
                               {"scaler", s.scaler},
                               {"master_weights", s.master_weights},
-                              {"embed", info.task == nn::ModelTask::kLanguageModel ? gpt_config.embed_dim : 0},
+                              {"embed", info.task == cli::ModelTask::kLanguageModel ? gpt_config.embed_dim : 0},
                               {"parameters", info.num_parameters},
                               {"batch_size", a.batch_size},
                               {"steps", a.steps},

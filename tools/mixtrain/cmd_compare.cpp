@@ -213,7 +213,7 @@ int run_compare(const CompareArgs& in) {
   if (fs::exists(a.out, ec) && !fs::is_directory(a.out, ec))
     throw UsageError("--out '" + a.out + "' exists and is not a directory");
   const int threads = apply_threads(a.threads);
-  const nn::ModelInfo& info = nn::model_info(a.model);
+  const cli::ModelInfo& info = cli::model_info(a.model);
 
   LoadedData data = load_data(spec, info, a.seed);
   std::printf(

@@ -2,7 +2,7 @@
 #include <mixtrain/error.h>
 #include <mixtrain/io/checkpoint.h>
 #include <mixtrain/io/safetensors.h>
-#include <mixtrain/nn/models.h>
+#include "models.h"
 
 #include <cstdio>
 
@@ -27,7 +27,7 @@ CLI::App* add_train_command(CLI::App& app, RunArgs& args) {
 train::TrainSummary run_training(const RunArgs& args, train::Precision precision, DType param_dtype,
                                  const LoadedData& data, const std::string& out_dir, const std::string& label,
                                  std::vector<double>* losses) {
-  auto model = nn::make_model(args.model, args.seed);
+  auto model = cli::make_model(args.model, args.seed);
   train::TrainerOptions o = trainer_options(args, precision, param_dtype);
   o.out_dir = out_dir;
   Progress progress(label, args.batch_size, Progress::stdout_is_terminal());
@@ -80,7 +80,7 @@ int run_train(const RunArgs& in) {
   }
   if (!a.resume.empty()) precheck_resume(a.resume);
   const int threads = apply_threads(a.threads);
-  const nn::ModelInfo& info = nn::model_info(a.model);
+  const cli::ModelInfo& info = cli::model_info(a.model);
   const bool scaler = train::uses_scaler(precision, train::parse_scaler_mode(a.scaler));
 
   LoadedData data = load_data(spec, info, a.seed);

@@ -1,4 +1,4 @@
-// mixtrain/nn/modules.h: every module header (mt::nn::Module and the layers, init, models).
+// mixtrain/nn/modules.h: every module header (mt::nn::Module and the layers, init).
 #pragma once
 
 #include "mixtrain/nn/activation.h"
@@ -12,7 +12,6 @@
 #include "mixtrain/nn/gpt.h"
 #include "mixtrain/nn/init.h"
 #include "mixtrain/nn/linear.h"
-#include "mixtrain/nn/models.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/nn/pooling.h"

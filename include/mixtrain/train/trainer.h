@@ -1,13 +1,14 @@
 // mixtrain/train/trainer.h: a training loop with one precision switch, checkpoints, exact resume,
 // metrics and evaluation: what Hugging Face Accelerate's prepare() + loop gives Python users.
 //
-//   auto model = mt::nn::make_model("cnn", /*seed=*/0);
+//   namespace nn = mt::nn;
+//   nn::Sequential model(nn::Flatten(), nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));
 //   mt::data::FashionMNIST train_set(dir, mt::data::Split::kTrain), test_set(dir, mt::data::Split::kTest);
 //   mt::train::TrainerOptions o;
 //   o.precision = {.precision = mt::train::Precision::kFP16};   // autocast fp16 + GradScaler
 //   o.epochs = 2;
 //   o.out_dir = "runs/cnn-fp16";
-//   mt::train::Trainer trainer(*model, mt::train::adamw(1e-3, 0.01), train_set, &test_set, o);
+//   mt::train::Trainer trainer(model, mt::train::adamw(1e-3, 0.01), train_set, &test_set, o);
 //   mt::train::TrainSummary s = trainer.fit();
 //
 // Each step: zero_grad; forward + loss inside mt::amp::Autocast (fp32: no region); backward outside

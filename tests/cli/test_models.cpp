@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "mixtrain/mixtrain.h"
+#include "models.h"
 #include "mixtrain/nn/modules.h"
 
 namespace mt = mixtrain;
@@ -71,19 +72,19 @@ mt::Tensor loss_of(const std::string& name, nn::Module& model, const mt::Tensor&
 }  // namespace
 
 TEST(ModelsTest, ParameterNamesAndShapesMatchPyTorch) {
-  expect_params(*nn::make_model("mlp"), {{"1.weight", {512, 784}},
+  expect_params(*mixtrain::cli::make_model("mlp"), {{"1.weight", {512, 784}},
                                          {"1.bias", {512}},
                                          {"3.weight", {256, 512}},
                                          {"3.bias", {256}},
                                          {"5.weight", {10, 256}},
                                          {"5.bias", {10}}});
-  expect_params(*nn::make_model("mlp-wide"), {{"1.weight", {1024, 784}},
+  expect_params(*mixtrain::cli::make_model("mlp-wide"), {{"1.weight", {1024, 784}},
                                               {"1.bias", {1024}},
                                               {"3.weight", {1024, 1024}},
                                               {"3.bias", {1024}},
                                               {"5.weight", {10, 1024}},
                                               {"5.bias", {10}}});
-  expect_params(*nn::make_model("cnn"), {{"0.weight", {32, 1, 3, 3}},
+  expect_params(*mixtrain::cli::make_model("cnn"), {{"0.weight", {32, 1, 3, 3}},
                                          {"0.bias", {32}},
                                          {"3.weight", {64, 32, 3, 3}},
                                          {"3.bias", {64}},
@@ -91,10 +92,10 @@ TEST(ModelsTest, ParameterNamesAndShapesMatchPyTorch) {
                                          {"7.bias", {128}},
                                          {"9.weight", {10, 128}},
                                          {"9.bias", {10}}});
-  expect_params(*nn::make_model("gpt"), gpt_expected());
+  expect_params(*mixtrain::cli::make_model("gpt"), gpt_expected());
   // No buffers in these models: state_dict is exactly the parameters.
-  for (const auto& name : nn::model_names())
-    EXPECT_EQ(nn::make_model(name)->state_dict().size(), nn::make_model(name)->named_parameters().size()) << name;
+  for (const auto& name : mixtrain::cli::model_names())
+    EXPECT_EQ(mixtrain::cli::make_model(name)->state_dict().size(), mixtrain::cli::make_model(name)->named_parameters().size()) << name;
 }
 
 TEST(ModelsTest, ParameterCountsAndFlops) {
@@ -106,22 +107,22 @@ TEST(ModelsTest, ParameterCountsAndFlops) {
   const std::vector<std::pair<std::string, int64_t>> counts = {
       {"mlp", 535818}, {"mlp-wide", 1863690}, {"cnn", 421642}, {"gpt", 3323648}};
   for (const auto& [name, n] : counts) {
-    EXPECT_EQ(nn::make_model(name)->num_parameters(), n) << name;
-    EXPECT_EQ(nn::model_info(name).num_parameters, n) << name;
+    EXPECT_EQ(mixtrain::cli::make_model(name)->num_parameters(), n) << name;
+    EXPECT_EQ(mixtrain::cli::model_info(name).num_parameters, n) << name;
   }
   // 6 * forward MACs. mlp: 784*512 + 512*256 + 256*10 = 535040. mlp-wide: 802816 + 1048576 + 10240.
   // cnn: 28*28*32*9 + 14*14*64*288 + 3136*128 + 1280 = 4241152.
   // gpt: 128 tokens * (4 * (256*768 + 2*128*256 + 256*256 + 2*256*1024) + 256*256) = 128 * 3473408.
-  EXPECT_EQ(nn::model_flops_per_sample("mlp"), 6 * 535040);
-  EXPECT_EQ(nn::model_flops_per_sample("mlp-wide"), 6 * 1861632);
-  EXPECT_EQ(nn::model_flops_per_sample("cnn"), 6 * 4241152);
-  EXPECT_EQ(nn::model_flops_per_sample("gpt"), int64_t{6} * 128 * 3473408);
-  EXPECT_EQ(nn::model_info("gpt").sample_shape, (mt::Shape{128}));
-  EXPECT_EQ(nn::model_info("gpt").input_dtype, mt::kInt64);
-  EXPECT_EQ(nn::model_info("cnn").sample_shape, (mt::Shape{1, 28, 28}));
-  EXPECT_EQ(nn::model_names(), (std::vector<std::string>{"mlp", "mlp-wide", "cnn", "gpt"}));
+  EXPECT_EQ(mixtrain::cli::model_flops_per_sample("mlp"), 6 * 535040);
+  EXPECT_EQ(mixtrain::cli::model_flops_per_sample("mlp-wide"), 6 * 1861632);
+  EXPECT_EQ(mixtrain::cli::model_flops_per_sample("cnn"), 6 * 4241152);
+  EXPECT_EQ(mixtrain::cli::model_flops_per_sample("gpt"), int64_t{6} * 128 * 3473408);
+  EXPECT_EQ(mixtrain::cli::model_info("gpt").sample_shape, (mt::Shape{128}));
+  EXPECT_EQ(mixtrain::cli::model_info("gpt").input_dtype, mt::kInt64);
+  EXPECT_EQ(mixtrain::cli::model_info("cnn").sample_shape, (mt::Shape{1, 28, 28}));
+  EXPECT_EQ(mixtrain::cli::model_names(), (std::vector<std::string>{"mlp", "mlp-wide", "cnn", "gpt"}));
   try {
-    nn::make_model("resnet");
+    mixtrain::cli::make_model("resnet");
     ADD_FAILURE() << "expected an error";
   } catch (const mt::Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown model \"resnet\"; valid models: mlp, mlp-wide, cnn, gpt"),
@@ -131,8 +132,8 @@ TEST(ModelsTest, ParameterCountsAndFlops) {
 }
 
 TEST(ModelsTest, PyTorchDefaultInitialisation) {
-  for (const auto& name : nn::model_names()) {
-    auto model = nn::make_model(name, 1);
+  for (const auto& name : mixtrain::cli::model_names()) {
+    auto model = mixtrain::cli::make_model(name, 1);
     for (const auto& [pname, p] : model->named_parameters()) {
       std::vector<float> v = p.to_vector<float>();
       double sq = 0;
@@ -161,8 +162,8 @@ TEST(ModelsTest, PyTorchDefaultInitialisation) {
 }
 
 TEST(ModelsTest, SeedReproducibilityAndStateDictRoundTrip) {
-  for (const auto& name : nn::model_names()) {
-    auto a = nn::make_model(name, 7), a2 = nn::make_model(name, 7), b = nn::make_model(name, 8);
+  for (const auto& name : mixtrain::cli::model_names()) {
+    auto a = mixtrain::cli::make_model(name, 7), a2 = mixtrain::cli::make_model(name, 7), b = mixtrain::cli::make_model(name, 8);
     EXPECT_EQ(a->parameters().back().to_vector<float>(), a2->parameters().back().to_vector<float>()) << name;
     EXPECT_NE(a->parameters()[1].to_vector<float>(), b->parameters()[1].to_vector<float>()) << name;
     auto [x, y] = batch_for(name, 2);
@@ -178,8 +179,8 @@ TEST(ModelsTest, SeedReproducibilityAndStateDictRoundTrip) {
 }
 
 TEST(ModelsTest, GradientsReachEveryParameter) {
-  for (const auto& name : nn::model_names()) {
-    auto model = nn::make_model(name, 3);
+  for (const auto& name : mixtrain::cli::model_names()) {
+    auto model = mixtrain::cli::make_model(name, 3);
     auto [x, y] = batch_for(name, 2);
     mt::Tensor loss = loss_of(name, *model, x, y);
     EXPECT_TRUE(std::isfinite(loss.item<float>())) << name;
@@ -200,7 +201,7 @@ TEST(ModelsTest, GradientsReachEveryParameter) {
 }
 
 TEST(ModelsTest, GptCausalAndShapes) {
-  auto model = nn::make_model("gpt", 0);
+  auto model = mixtrain::cli::make_model("gpt", 0);
   mt::NoGradGuard no_grad;
   mt::Tensor tokens = mt::from_vector<int64_t>({72, 101, 108, 108, 111, 33}, {1, 6});
   mt::Tensor logits = (*model)(tokens);
@@ -215,7 +216,7 @@ TEST(ModelsTest, GptCausalAndShapes) {
 
 TEST(ModelsTest, GptLossFallsUnderPlainSgd) {
   // 20 SGD steps (p -= lr * grad under NoGradGuard) on one batch of a repeated byte string.
-  auto model = nn::make_model("gpt", 0);
+  auto model = mixtrain::cli::make_model("gpt", 0);
   const std::string text = "the quick brown fox jumps over the lazy dog. ";
   const int64_t B = 2, T = 16;
   std::vector<int64_t> in, tgt;

@@ -2,11 +2,13 @@
 //
 // Layers are appended one statement at a time so that the initial values are drawn in layer order
 // (the arguments of a single call are evaluated in an unspecified order).
-#include "mixtrain/nn/models.h"
+#include "models.h"
 
 #include "mixtrain/nn/modules.h"
 
-namespace mixtrain::nn {
+namespace mixtrain::cli {
+
+using namespace mixtrain::nn;  // the layers the models are built from
 
 namespace {
 
@@ -132,4 +134,4 @@ std::shared_ptr<Module> make_gpt(const GPTConfig& config, uint64_t seed) {
   return std::make_shared<GPT>(config, &g);
 }
 
-}  // namespace mixtrain::nn
+}  // namespace mixtrain::cli

@@ -1,4 +1,4 @@
-// mixtrain/nn/models.h: the named models of the CLI and benchmarks, with architectures fixed so
+// The named models of the CLI and its benchmarks (not part of the library), with architectures fixed so
 // that results compare with the same models in PyTorch (bench/ scripts build them identically).
 //
 //   mlp       Flatten, Linear(784,512), ReLU, Linear(512,256), ReLU, Linear(256,10)
@@ -20,7 +20,7 @@
 #include "mixtrain/nn/module.h"
 #include "mixtrain/shape.h"
 
-namespace mixtrain::nn {
+namespace mixtrain::cli {
 
 enum class ModelTask {
   kClassification,  // input [B, *sample_shape] float32, target int64 [B] in [0, num_outputs)
@@ -34,7 +34,7 @@ struct ModelInfo {
   Shape sample_shape;      // one sample, without the batch dim: {1, 28, 28} for images, {128} for gpt
   DType input_dtype;       // float32 (images) or int64 (tokens)
   int64_t num_outputs;     // classes, or vocabulary size
-  int64_t num_parameters;  // as Module::num_parameters() of the built model
+  int64_t num_parameters;  // as nn::Module::num_parameters() of the built model
   // Training FLOPs per sample (forward + backward) of the GEMMs and convolutions:
   // 6 * MACs (forward 2 * MACs, backward 4 * MACs: input and weight gradients), the convention of
   // MFU reports. Not counted: elementwise ops, norms, softmax, pooling, and the input gradient the
@@ -51,14 +51,14 @@ const ModelInfo& model_info(const std::string& name);
 inline int64_t model_flops_per_sample(const std::string& name) { return model_info(name).flops_per_sample; }
 
 // The ModelInfo of a GPT of any configuration, named "gpt" (model_info("gpt") is the default
-// GPTConfig's); used to size FLOP counts for GPTs of other widths, e.g. in scaling benchmarks.
-ModelInfo gpt_model_info(const GPTConfig& config);
+// nn::GPTConfig's); used to size FLOP counts for GPTs of other widths, e.g. in scaling benchmarks.
+ModelInfo gpt_model_info(const nn::GPTConfig& config);
 
 // Builds the model with its PyTorch-default initialisation drawn from Generator(seed): the same
 // name and seed give bit-identical parameters on every machine and thread count.
-std::shared_ptr<Module> make_model(const std::string& name, uint64_t seed = 0);
+std::shared_ptr<nn::Module> make_model(const std::string& name, uint64_t seed = 0);
 // A GPT of any configuration, initialised from Generator(seed) as make_model("gpt", seed) is for
 // the default one (describe it with gpt_model_info).
-std::shared_ptr<Module> make_gpt(const GPTConfig& config, uint64_t seed = 0);
+std::shared_ptr<nn::Module> make_gpt(const nn::GPTConfig& config, uint64_t seed = 0);
 
-}  // namespace mixtrain::nn
+}  // namespace mixtrain::cli
