@@ -1,4 +1,4 @@
-// The named models (nn/models.h): exact architectures, parameter counts and FLOP formulas.
+// The named models of the CLI (models.h): exact architectures, parameter counts and FLOP formulas.
 //
 // Layers are appended one statement at a time so that the initial values are drawn in layer order
 // (the arguments of a single call are evaluated in an unspecified order).
