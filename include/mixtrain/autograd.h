@@ -120,6 +120,9 @@ Edge gradient_edge(const Tensor& t);
 
 // Runs backward from `roots` with the given gradients (one per root).
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph);
+// True on a thread while it runs the engine (backward formulas, hooks): autocast is off there, so
+// backward computes in the dtypes the forward chose even when called inside an autocast region.
+bool in_backward();
 
 // Returns d(outputs)/d(inputs) . grad_outputs without touching .grad (like torch.autograd.grad).
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},

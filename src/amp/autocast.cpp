@@ -208,7 +208,7 @@ namespace mixtrain::ops {
 
 bool autocast_active() {
   const auto& s = amp::detail::state();
-  return s.enabled && s.suspended == 0;
+  return s.enabled && s.suspended == 0 && !autograd::in_backward();
 }
 
 AutocastRegionGuard::AutocastRegionGuard(bool suspended) : suspended_(suspended) {

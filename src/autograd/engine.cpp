@@ -8,20 +8,30 @@
 
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
-#include "mixtrain/ops/elementwise.h"
-#include "ops/autocast_hook.h"
+#include "kernels/elementwise.h"
 
 namespace mixtrain {
 
 namespace {
 thread_local bool grad_mode_enabled = true;
+thread_local int backward_depth = 0;
 std::atomic<uint64_t> next_sequence_nr{0};
+
+// Marks this thread as running the engine (autocast reads it: backward runs in the forward's dtypes).
+struct BackwardScope {
+  BackwardScope() { ++backward_depth; }
+  ~BackwardScope() { --backward_depth; }
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+};
 }  // namespace
 
 bool GradMode::is_enabled() { return grad_mode_enabled; }
 void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 
 namespace autograd {
+
+bool in_backward() { return backward_depth > 0; }
 
 SavedTensor::SavedTensor(const Tensor& t) {
   if (!t.defined()) return;
@@ -109,9 +119,16 @@ void accumulate(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
   } else {
-    // Out of place: a node may still reference either tensor. One pass instead of clone + add_;
-    // the slot keeps its dtype (a wider gradient is added in the wider type and rounded once).
-    Tensor sum = mixtrain::add(slot, g);
+    // Out of place: a node may still reference either tensor. One pass instead of clone + add_,
+    // the add kernel run as the add op runs it (promoted operands, broadcast views); the slot keeps
+    // its dtype (a wider gradient is added in the wider type and rounded once).
+    MT_CHECK(slot.device() == g.device(), "backward: gradients of one tensor on ", slot.device(), " and ", g.device());
+    const DType wide = promote_types(slot.dtype(), g.dtype());
+    const Shape shape = broadcast_shapes(slot.shape(), g.shape(), "backward");
+    const Tensor a = slot.to(wide), b = g.to(wide);
+    Tensor sum = Tensor::empty(shape, wide, slot.device());
+    kernels::binary_kernel(kernels::BinaryOp::kAdd)(sum.device(), wide)(
+        sum, a.shape() == shape ? a : a.expand(shape), b.shape() == shape ? b : b.expand(shape), {1.0});
     slot = sum.dtype() == slot.dtype() ? sum : sum.to(slot.dtype());
   }
 }
@@ -122,8 +139,8 @@ TensorList execute(const TensorList& roots, const TensorList& grad_roots, bool r
                    const std::vector<Edge>& capture) {
   NoGradGuard no_grad;
   // Backward formulas run in the dtypes the forward chose, even when backward() is called inside an
-  // autocast region (see Note [Writing an op]).
-  ops::AutocastRegionGuard no_autocast(/*suspended=*/true);
+  // autocast region (see Note [Writing an op]): autocast is off while in_backward() is true.
+  BackwardScope in_backward;
   std::unordered_map<Node*, NodeState> state;
   std::vector<Node*> stack;
   std::vector<Edge> root_edges;
