@@ -103,20 +103,23 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
 
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, static_cast<double>(end), 1.0, opts); }
 
-Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
-  MT_CHECK(t.is_floating_point(), "uniform_: expected a floating-point tensor, got ", describe(t));
-  MT_CHECK(t.is_contiguous(), "uniform_: expected a contiguous tensor, got ", describe(t));
-  draw(t, {.kind = kernels::RandomKind::kUniform, .a = low, .b = high}, gen);
+namespace {
+// uniform_ / normal_: a floating, contiguous tensor filled in place from the generator.
+Tensor& draw_floating_(const char* op, Tensor& t, const kernels::RandomParams& p, Generator* gen) {
+  MT_CHECK(t.is_floating_point(), op, ": expected a floating-point tensor, got ", describe(t));
+  MT_CHECK(t.is_contiguous(), op, ": expected a contiguous tensor, got ", describe(t));
+  draw(t, p, gen);
   t.bump_version();
   return t;
 }
+}  // namespace
+
+Tensor& uniform_(Tensor& t, double low, double high, Generator* gen) {
+  return draw_floating_("uniform_", t, {.kind = kernels::RandomKind::kUniform, .a = low, .b = high}, gen);
+}
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
-  MT_CHECK(t.is_floating_point(), "normal_: expected a floating-point tensor, got ", describe(t));
-  MT_CHECK(t.is_contiguous(), "normal_: expected a contiguous tensor, got ", describe(t));
-  draw(t, {.kind = kernels::RandomKind::kNormal, .a = mean, .b = std}, gen);
-  t.bump_version();
-  return t;
+  return draw_floating_("normal_", t, {.kind = kernels::RandomKind::kNormal, .a = mean, .b = std}, gen);
 }
 
 Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {

@@ -44,9 +44,14 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double
   initialize();
 }
 
+double cosine_factor(double progress, double min_factor) {
+  return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
 double CosineAnnealingLR::lr_at(int64_t epoch, double base_lr) const {
-  const double c = std::cos(std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(t_max_));
-  return eta_min_ + (base_lr - eta_min_) * (1.0 + c) / 2.0;
+  // (base - eta_min) * ((1 + c) * 0.5) has the bits of PyTorch's (base - eta_min) * (1 + c) / 2
+  // (scaling by a power of two commutes with rounding); the cosine's argument may differ by an ulp.
+  return eta_min_ + (base_lr - eta_min_) * cosine_factor(static_cast<double>(epoch) / static_cast<double>(t_max_), 0.0);
 }
 
 LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps, double start_factor, double end_factor)

@@ -27,6 +27,7 @@
 #include "mixtrain/ops/reduce.h"
 #include "mixtrain/optim/adam.h"
 #include "mixtrain/optim/clip_grad.h"
+#include "mixtrain/optim/lr_scheduler.h"
 #include "mixtrain/parallel.h"
 #include "mixtrain/random.h"
 
@@ -307,8 +308,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     optimizer_->set_lr(options_.lr_schedule(step_));
   } else if (options_.lr_decay == LrDecay::kCosine) {
     const double progress = static_cast<double>(step_) / static_cast<double>(total_steps());
-    const double f = options_.lr_min_factor;
-    optimizer_->set_lr(base_lr_ * (f + (1.0 - f) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress))));
+    optimizer_->set_lr(base_lr_ * optim::cosine_factor(progress, options_.lr_min_factor));
   }
   optimizer_->zero_grad();
   Tensor loss;

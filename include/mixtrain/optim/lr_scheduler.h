@@ -67,6 +67,13 @@ class StepLR : public LRScheduler {
   double gamma_;
 };
 
+// The one cosine schedule of the library (CosineAnnealingLR and the Trainer's cosine decay both use
+// it): min_factor + (1 - min_factor) * 0.5 * (1 + cos(pi * progress)), from 1 at progress 0 down to
+// min_factor at progress 1. The Trainer's values are unchanged by sharing it; CosineAnnealingLR's
+// cosine argument is now pi * (epoch / T_max) rather than PyTorch's (pi * epoch) / T_max, which can
+// move its lr by an ulp (well inside 1e-12 of PyTorch's closed form).
+double cosine_factor(double progress, double min_factor);
+
 // lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 (PyTorch's closed form; past
 // T_max it rises again, as PyTorch's does).
 class CosineAnnealingLR : public LRScheduler {
