@@ -160,12 +160,18 @@ const char* device_type_name(DeviceType t) {
 }
 
 namespace {
-constinit std::atomic<Device> the_default_device{Device{}};
+// Packed as (type << 16) | index: a plain integer is lock-free everywhere (an atomic Device, with
+// its padding byte, needs libatomic under Clang).
+constinit std::atomic<uint32_t> the_default_device{0};
+}  // namespace
+Device default_device() {
+  const uint32_t packed = the_default_device.load(std::memory_order_relaxed);
+  return Device(static_cast<DeviceType>(packed >> 16), static_cast<int16_t>(packed & 0xffffu));
 }
-Device default_device() { return the_default_device.load(std::memory_order_relaxed); }
 void set_default_device(Device device) {
   backend_for(device);  // refuse a device without a backend now rather than at the first factory call
-  the_default_device.store(device, std::memory_order_relaxed);
+  the_default_device.store((static_cast<uint32_t>(device.type) << 16) | static_cast<uint16_t>(device.index),
+                           std::memory_order_relaxed);
 }
 
 namespace memory {
