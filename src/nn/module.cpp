@@ -284,31 +284,26 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
 namespace {
 // Replaces the storage behind `t`'s TensorImpl with a converted copy, so every handle to this
 // TensorImpl (module members, optimizer lists) sees the new dtype; autograd metadata is kept.
+// `t`'s TensorImpl takes `replacement`'s storage, layout and dtype, and its gradient becomes
+// `redo(grad)`: one place for to(dtype) and to(device) to change a module tensor in place.
+template <typename Redo>
+void replace_in_place(const Tensor& t, const Tensor& replacement, Redo&& redo) {
+  TensorImpl& impl = t.impl();
+  impl.storage = replacement.storage();
+  impl.offset = replacement.storage_offset();
+  impl.strides = replacement.strides();
+  impl.dtype = replacement.dtype();
+  if (impl.autograd && impl.autograd->grad) impl.autograd->grad = redo(Tensor(impl.autograd->grad)).impl_ptr();
+}
+
 void convert_in_place(const Tensor& t, DType dtype) {
   if (!t.is_floating_point() || t.dtype() == dtype) return;
-  Tensor converted = t.detach().to(dtype).contiguous();
-  TensorImpl& impl = t.impl();
-  impl.storage = converted.storage();
-  impl.offset = converted.storage_offset();
-  impl.strides = converted.strides();
-  impl.dtype = dtype;
-  if (impl.autograd && impl.autograd->grad) {
-    Tensor g(impl.autograd->grad);
-    impl.autograd->grad = g.to(dtype).contiguous().impl_ptr();
-  }
+  replace_in_place(t, t.detach().to(dtype).contiguous(), [dtype](const Tensor& g) { return g.to(dtype).contiguous(); });
 }
 // The same for a move to another device.
 void move_in_place(const Tensor& t, Device device) {
   if (t.device() == device) return;
-  Tensor moved = t.detach().contiguous().to(device);
-  TensorImpl& impl = t.impl();
-  impl.storage = moved.storage();
-  impl.offset = moved.storage_offset();
-  impl.strides = moved.strides();
-  if (impl.autograd && impl.autograd->grad) {
-    Tensor g(impl.autograd->grad);
-    impl.autograd->grad = g.to(device).impl_ptr();
-  }
+  replace_in_place(t, t.detach().contiguous().to(device), [device](const Tensor& g) { return g.to(device); });
 }
 }  // namespace
 

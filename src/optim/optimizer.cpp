@@ -147,14 +147,15 @@ Tensor Optimizer::grad_for_step(size_t flat_index) const {
 
 void Optimizer::step_all(float inv_scale) {
   NoGradGuard no_grad;
-  // State follows its parameter (Module::to(Device) moved it since the last step).
-  const std::vector<Tensor> params = parameters();
-  for (size_t i = 0; i < state_.size() && i < params.size(); ++i) {
-    const Device device = params[i].device();
-    for (Tensor* t : {&state_[i].master, &state_[i].master_low, &state_[i].momentum_buffer, &state_[i].exp_avg,
-                      &state_[i].exp_avg_sq, &state_[i].max_exp_avg_sq})
-      if (t->defined() && t->device() != device) *t = t->to(device);
-  }
+  // State follows its parameter (Module::to(Device) moved it since the last step). state_ is in
+  // group order, as parameters() lists them; no allocation when nothing moved.
+  size_t i = 0;
+  for (const ParamGroup& g : groups_)
+    for (const Tensor& p : g.params) {
+      ParamState& s = state_.at(i++);
+      for (Tensor* t : {&s.master, &s.master_low, &s.momentum_buffer, &s.exp_avg, &s.exp_avg_sq, &s.max_exp_avg_sq})
+        if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
+    }
   for (size_t g = 0; g < groups_.size(); ++g) step_group(g, inv_scale);
   // The parameters with a gradient changed in place: a retained graph that saved one must notice.
   for (const ParamGroup& g : groups_)
