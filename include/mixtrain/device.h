@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <string>
 
 namespace mixtrain {
 
@@ -33,6 +34,12 @@ inline constexpr DeviceType kPrivateUse1 = DeviceType::kPrivateUse1;
 // their inputs' device, whatever the default.
 Device default_device();
 void set_default_device(Device device);
+
+// How many devices of `type` this process can use: 1 for the CPU; for CUDA the number of GPUs,
+// 0 when this build has no CUDA backend or the driver reports none.
+int device_count(DeviceType type);
+// Why device_count(type) is 0, for messages and skipped tests; empty when it is not 0.
+std::string device_unavailable_reason(DeviceType type);
 
 // "cpu", "cuda", or the registered name of the kPrivateUse1 backend ("privateuse1" when none is).
 const char* device_type_name(DeviceType t);

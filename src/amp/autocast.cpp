@@ -136,8 +136,8 @@ Autocast::Autocast(const AutocastOptions& options) : saved_(nullptr) { enter(opt
 void Autocast::enter(const AutocastOptions& o) {
   DType dtype = o.dtype.value_or(default_autocast_dtype(o.device_type));
   if (o.enabled) {
-    MT_CHECK(has_backend(o.device_type), "amp::Autocast: device type ", o.device_type,
-             " is not available in this build (no backend for it)");
+    MT_CHECK(device_count(o.device_type) > 0, "amp::Autocast: device type ", o.device_type, " is not available: ",
+             device_unavailable_reason(o.device_type));
     MT_CHECK(dtype == kBFloat16 || dtype == kFloat16, "amp::Autocast: the autocast dtype must be bfloat16 or float16, got ",
              dtype, " (to run a region in fp32, construct it with enabled=false)");
   }

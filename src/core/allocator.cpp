@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
@@ -139,12 +140,38 @@ void register_backend(DeviceType type, Backend* backend) {
            "register_backend: a backend for ", type, " is already registered (", expected->name(), ")");
 }
 
-bool has_backend(DeviceType type) { return backends[static_cast<int>(type)].load(std::memory_order_acquire) != nullptr; }
+namespace {
+Backend* find_backend(DeviceType type) {
+  Backend* b = backends[static_cast<int>(type)].load(std::memory_order_acquire);
+  if (b == nullptr) [[unlikely]] {
+    Backend* builtin = builtin_backend(type);
+    if (builtin != nullptr && backends[static_cast<int>(type)].compare_exchange_strong(b, builtin)) b = builtin;
+  }
+  return b;
+}
+}  // namespace
+
+bool has_backend(DeviceType type) { return find_backend(type) != nullptr; }
 
 Backend& backend_for(Device device) {
-  Backend* b = backends[static_cast<int>(device.type)].load(std::memory_order_acquire);
-  MT_CHECK(b != nullptr, "device ", device, " is not available: no backend for it in this build");
+  Backend* b = find_backend(device.type);
+  MT_CHECK(b != nullptr, "device ", device, " is not available: ", device.type == kCUDA
+               ? "this build of mixtrain has no CUDA backend (configure with -DMIXTRAIN_CUDA=ON, docs/cuda.md)"
+               : "no backend for it is registered");
   return *b;
+}
+
+int device_count(DeviceType type) {
+  Backend* b = find_backend(type);
+  return b == nullptr ? 0 : b->device_count();
+}
+
+std::string device_unavailable_reason(DeviceType type) {
+  Backend* b = find_backend(type);
+  if (b == nullptr)
+    return type == kCUDA ? "this build of mixtrain has no CUDA backend (MIXTRAIN_CUDA was OFF or no toolkit was found)"
+                         : std::string("no backend for ") + device_type_name(type) + " is registered";
+  return b->device_count() > 0 ? std::string() : b->unavailable_reason();
 }
 
 const char* device_type_name(DeviceType t) {
@@ -169,7 +196,11 @@ Device default_device() {
   return Device(static_cast<DeviceType>(packed >> 16), static_cast<int16_t>(packed & 0xffffu));
 }
 void set_default_device(Device device) {
-  backend_for(device);  // refuse a device without a backend now rather than at the first factory call
+  // Refuse a device that cannot be used now rather than at the first factory call.
+  const Backend& b = backend_for(device);
+  MT_CHECK(device.index >= 0 && device.index < b.device_count(), "set_default_device: device ", device,
+           " is not available: ", b.device_count() == 0 ? b.unavailable_reason()
+                                                         : "this machine has " + std::to_string(b.device_count()));
   the_default_device.store((static_cast<uint32_t>(device.type) << 16) | static_cast<uint16_t>(device.index),
                            std::memory_order_relaxed);
 }
@@ -178,7 +209,10 @@ namespace memory {
 namespace {
 Backend& memory_of(Device d) {
   MT_CHECK(has_backend(d.type), "memory: device ", d, " is not available in this build");
-  return backend_for(d);
+  Backend& b = backend_for(d);
+  MT_CHECK(d.index >= 0 && d.index < b.device_count(), "memory: device ", d, " is not available: ",
+           b.device_count() == 0 ? b.unavailable_reason() : "this machine has " + std::to_string(b.device_count()));
+  return b;
 }
 }  // namespace
 void* allocate(size_t nbytes, Device device) { return memory_of(device).allocate(nbytes, Stream{device}); }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "mixtrain/device.h"
 #include "mixtrain/memory.h"
@@ -50,7 +51,16 @@ class Backend {
   // host-memory test devices); the kernels of src/kernels/cpu run on any device that has one. Others
   // throw (the default).
   virtual void* host_address(void* device_ptr, Device device) const;
+
+  // How many devices of this type the process can use (1 for the CPU), and why none when 0.
+  virtual int device_count() const { return 1; }
+  virtual std::string unavailable_reason() const { return {}; }
 };
+
+// The backend of `type` built into this library besides the CPU's (CUDA's, in a MIXTRAIN_CUDA
+// build), or nullptr. has_backend and backend_for install it on first need unless another backend
+// was registered for the type first.
+Backend* builtin_backend(DeviceType type);
 
 // Installs the backend of `type` (not kCPU, which is built in). The backend must outlive every
 // tensor on its devices; registering a type twice is an error.

@@ -5,6 +5,9 @@
 #include "kernels/conv.h"
 #include "kernels/copy.h"
 #include "kernels/cpu/register.h"
+#if MIXTRAIN_WITH_CUDA
+#include "kernels/cuda/register.h"
+#endif
 #include "kernels/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/linalg.h"
@@ -121,6 +124,10 @@ void register_builtin_kernels() {
   std::call_once(builtin_once, [] {
     Registry cpu(kCPU);
     register_cpu(cpu);
+#if MIXTRAIN_WITH_CUDA
+    Registry cuda(kCUDA);
+    register_cuda(cuda);
+#endif
   });
 }
 

@@ -175,7 +175,8 @@ TEST(Autocast, DefaultsAndValidation) {
     EXPECT_EQ(mt::amp::get_autocast_dtype(mt::testing::test_device().type), mt::kBFloat16);
   }
   EXPECT_THROW(Autocast(mt::kCPU, mt::kFloat32), mt::Error);
-  EXPECT_THROW(Autocast(mt::kCUDA, mt::kFloat16), mt::Error);
+  if (mt::device_count(mt::kCUDA) == 0)  // no CUDA backend in this build, or no GPU
+    EXPECT_THROW(Autocast(mt::kCUDA, mt::kFloat16), mt::Error);
   EXPECT_FALSE(mt::amp::is_autocast_enabled());  // a failed constructor leaves the state alone
 }
 

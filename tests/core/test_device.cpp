@@ -96,8 +96,10 @@ TEST(Device, MemoryIsCountedPerDevice) {
 }
 
 TEST(Device, AbsentDevicesAndDoubleRegistrationsAreRefused) {
-  EXPECT_MT_ERROR(mt::zeros({2}, {.device = mt::kCUDA}), "cuda:0", "not available");
-  EXPECT_MT_ERROR(mt::set_default_device(mt::kCUDA), "cuda:0", "not available");
+  // An index past the last GPU (or any GPU where there is none, or no CUDA in this build).
+  const mt::Device absent(mt::kCUDA, static_cast<int16_t>(mt::device_count(mt::kCUDA)));
+  EXPECT_MT_ERROR(mt::zeros({2}, {.device = absent}), "cuda:", "not available");
+  EXPECT_MT_ERROR(mt::set_default_device(absent), "cuda:", "not available");
   mt::testing::checked_device();
   EXPECT_MT_ERROR(mt::register_backend(mt::kPrivateUse1, &mt::backend_for(mt::testing::checked_device())),
                   "already registered", "checked");

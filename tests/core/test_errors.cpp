@@ -74,7 +74,7 @@ TEST(Errors, BadInputsThrowMtErrorNamingTheOpAndShapes) {
       {"backward without grad", [&] { a.backward(); }, {"backward", "[2, 3] float32", "does not require grad"}},
       {"copy_ of a shape that does not broadcast", [&] { a.clone().copy_(mt::zeros({4})); }, {"[4]", "[2, 3]"}},
       {"undefined tensor", [] { mt::Tensor().numel(); }, {"undefined"}},
-      {"memory stats of an absent device", [] { mt::memory::stats(mt::Device(mt::kCUDA)); }, {"memory", "cuda"}},
+      {"memory stats of an absent device", [] { mt::memory::stats(mt::Device(mt::kCUDA, 63)); }, {"memory", "cuda"}},
   };
   for (const BadInput& c : cases) {
     SCOPED_TRACE(c.what);

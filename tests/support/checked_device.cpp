@@ -4,11 +4,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <unordered_set>
 
 #include "core/backend.h"
 #include "kernels/dispatch.h"
+#include "mixtrain/cuda.h"
 #include "mixtrain/error.h"
 
 namespace mixtrain::testing {
@@ -82,13 +84,21 @@ void register_checked_kernels(kernels::Registry& registry) {
   }, &registry);
 }
 
-// Installed before main when the run asks for it, so that every test's tensors land on it.
-const bool installed_as_default = [] {
+// Installed before main when the run asks for it, so that every test's tensors land on it:
+// "checked" (this file's device) or "cuda" (the first GPU, in CUDA builds on a machine with one).
+const std::optional<Device> installed_default = []() -> std::optional<Device> {
   const char* env = std::getenv("MIXTRAIN_TEST_DEVICE");
-  if (env == nullptr || std::string_view(env).empty() || std::string_view(env) == "cpu") return false;
-  MT_CHECK(std::string_view(env) == "checked", "MIXTRAIN_TEST_DEVICE: expected cpu or checked, got '", env, "'");
+  if (env == nullptr || std::string_view(env).empty() || std::string_view(env) == "cpu") return std::nullopt;
+  const std::string_view name(env);
+  MT_CHECK(name == "checked" || name == "cuda", "MIXTRAIN_TEST_DEVICE: expected cpu, checked or cuda, got '",
+           detail::escape_untrusted(name.substr(0, 32)), "'");
+  if (name == "cuda") {
+    MT_CHECK(cuda::is_available(), "MIXTRAIN_TEST_DEVICE=cuda: ", cuda::unavailable_reason());
+    set_default_device(Device(kCUDA, 0));
+    return Device(kCUDA, 0);
+  }
   set_default_device(checked_device());
-  return true;
+  return checked_device();
 }();
 
 }  // namespace
@@ -103,6 +113,6 @@ Device checked_device() {
   return device;
 }
 
-Device test_device() { return installed_as_default ? checked_device() : Device{}; }
+Device test_device() { return installed_default.value_or(Device{}); }
 
 }  // namespace mixtrain::testing

@@ -19,7 +19,7 @@ namespace mixtrain::testing {
 Device checked_device();
 
 // The device tensors are made on in this run: checked_device() under MIXTRAIN_TEST_DEVICE=checked,
-// else the CPU.
+// cuda:0 under MIXTRAIN_TEST_DEVICE=cuda (scripts/gpu-check.sh runs the suite so), else the CPU.
 Device test_device();
 
 }  // namespace mixtrain::testing

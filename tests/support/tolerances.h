@@ -61,4 +61,35 @@ constexpr Tolerance vs_fp32(DType dtype) {
   }
 }
 
+// CUDA against the CPU (tests/cuda). exp, log, tanh, erf, pow are CUDA's on the GPU and the CPU's
+// own (fast-math polynomials, glibc) on the host: each within ~2 ulp of the true value, so fp32
+// results agree to a few ulp; a 16-bit result then rounds the same way except near a rounding
+// boundary, where it moves by one 16-bit ulp (2^-8 bf16, 2^-11 fp16 relative).
+inline constexpr Tolerance kCudaTranscendental{1e-5, 1e-6};
+// Sums in another order (a block's tree instead of the CPU's lanes): fp32 rounding error grows like
+// sqrt(n) * 2^-24 relative to the sum of magnitudes; for the n <= 42000 random-normal sums of the
+// tests, 1e-5 of the value plus 1e-4 absolute (sums near zero) covers it with margin.
+inline constexpr Tolerance kCudaSumOrder{1e-5, 1e-4};
+
+// `fp32` (a tolerance for fp32 results) widened to one 16-bit ulp for 16-bit outputs.
+constexpr Tolerance cuda_vs_cpu(DType dtype, Tolerance fp32 = kCudaTranscendental) {
+  switch (dtype) {
+    case kBFloat16: return {fp32.rtol + 1.0 / 256, fp32.atol + 1e-3};
+    case kFloat16: return {fp32.rtol + 1.0 / 2048, fp32.atol + 1e-4};
+    default: return fp32;
+  }
+}
+
+// cuBLASLt against oneDNN: both accumulate in fp32 (fp64 for fp64) in different orders and round
+// once; fp32 sums of k = 130 products differ by a few ulp of the largest partial sum; 16-bit
+// outputs by one 16-bit ulp on top (the kGemm* tolerances of the CPU's own 16-bit GEMM tests).
+constexpr Tolerance cuda_gemm(DType dtype) {
+  switch (dtype) {
+    case kBFloat16: return kGemmBf16;
+    case kFloat16: return kGemmFp16;
+    case kFloat64: return {1e-12, 1e-12};
+    default: return kGemmFp32;
+  }
+}
+
 }  // namespace mixtrain::testing

@@ -1,0 +1,18 @@
+// The backends compiled into this library besides the CPU's. They are registered on first need
+// (the first tensor or question about their device type, allocator.cpp) rather than by a static
+// initialiser, which a static library's linker would drop.
+#include "core/backend.h"
+#if MIXTRAIN_WITH_CUDA
+#include "core/cuda/cuda_backend.h"
+#endif
+
+namespace mixtrain {
+
+Backend* builtin_backend(DeviceType type) {
+#if MIXTRAIN_WITH_CUDA
+  if (type == kCUDA) return &cuda::backend();
+#endif
+  return nullptr;
+}
+
+}  // namespace mixtrain

@@ -1,0 +1,215 @@
+// What every CUDA kernel file shares: the device type behind each mixtrain dtype, loads and stores
+// through the compute ("opmath") type, strided element addressing, and the launch helpers.
+//
+// Precision follows the CPU kernels: 16-bit values are widened exactly to fp32, math is fp32 (fp64
+// for fp64), and a 16-bit result is rounded once, to nearest even (__float2half_rn,
+// __float2bfloat16_rn: the CPU's rounding, bit for bit).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "core/cuda/cuda_backend.h"
+#include "kernels/dispatch.h"
+#include "mixtrain/tensor.h"
+
+namespace mixtrain::kernels::cuda {
+
+using mixtrain::cuda::check;
+using mixtrain::cuda::DeviceGuard;
+
+// ---- types
+template <typename T>
+struct DeviceTypeOf {
+  using type = T;  // float, double, integers, bool
+};
+template <>
+struct DeviceTypeOf<float16> {
+  using type = __half;
+};
+template <>
+struct DeviceTypeOf<bfloat16> {
+  using type = __nv_bfloat16;
+};
+template <typename T>
+using dev_t = typename DeviceTypeOf<T>::type;
+
+template <typename D>
+inline constexpr bool is_half_v = std::is_same_v<D, __half> || std::is_same_v<D, __nv_bfloat16>;
+template <typename D>
+inline constexpr bool is_floating_dev_v = is_half_v<D> || std::is_floating_point_v<D>;
+
+// The compute type of a device storage type: fp32 for 16-bit and fp32, fp64 for fp64, the type
+// itself for integers.
+template <typename D>
+using opmath_t = std::conditional_t<is_half_v<D>, float, D>;
+
+template <typename D>
+__device__ __forceinline__ opmath_t<D> load(const D* p) {
+  if constexpr (std::is_same_v<D, __half>) return __half2float(*p);
+  else if constexpr (std::is_same_v<D, __nv_bfloat16>) return __bfloat162float(*p);
+  else return *p;
+}
+
+// Rounds a compute value once into the storage type (any value type to any storage type).
+template <typename D, typename C>
+__device__ __forceinline__ D round_to(C v) {
+  // Through fp32, as the CPU's convert (kernels/cpu/loops.h): the same bits on both devices.
+  if constexpr (std::is_same_v<D, __half>) {
+    return __float2half_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, __nv_bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return v != C(0);
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+// Value conversion between storage types (copy, to()).
+template <typename To, typename From>
+__device__ __forceinline__ To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) return v;
+  else return round_to<To>(load(&v));
+}
+
+// A double scalar converted on the host as the CPU kernels convert it (through fp32 for 16-bit
+// types), as the device type's bits: fill and masked_fill write the same bits on both devices.
+template <typename T>
+dev_t<T> scalar_as(double value) {
+  T host;
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) host = T(static_cast<float>(value));
+  else if constexpr (std::is_same_v<T, bool>) host = value != 0.0;
+  else host = static_cast<T>(value);
+  dev_t<T> v;
+  static_assert(sizeof(v) == sizeof(host));
+  std::memcpy(static_cast<void*>(&v), &host, sizeof(host));
+  return v;
+}
+
+// Calls f.template operator()<T>() with T the host element type of `dtype`.
+template <typename F>
+decltype(auto) dispatch_all(DType dtype, F&& f) {
+  switch (dtype) {
+    case kFloat32: return f.template operator()<float>();
+    case kFloat64: return f.template operator()<double>();
+    case kFloat16: return f.template operator()<float16>();
+    case kBFloat16: return f.template operator()<bfloat16>();
+    case kInt32: return f.template operator()<int32_t>();
+    case kInt64: return f.template operator()<int64_t>();
+    case kUInt8: return f.template operator()<uint8_t>();
+    case kBool: return f.template operator()<bool>();
+  }
+  MT_INTERNAL_ASSERT(false, "unknown dtype");
+}
+
+// ---- strided addressing: a tensor's element pointer, sizes and strides (elements), by value.
+struct StridedView {
+  char* data = nullptr;
+  int ndim = 0;
+  bool contiguous = true;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+};
+
+inline StridedView view_of(const Tensor& t) {
+  StridedView v;
+  v.data = static_cast<char*>(t.raw_data());
+  v.ndim = t.dim();
+  v.contiguous = t.is_contiguous();
+  for (int d = 0; d < v.ndim; ++d) {
+    v.sizes[d] = t.shape()[d];
+    v.strides[d] = t.strides()[d];
+  }
+  return v;
+}
+
+// The element offset of row-major linear index `i` of the view's shape.
+__device__ __forceinline__ int64_t element_offset(const StridedView& v, int64_t i) {
+  if (v.contiguous) return i;
+  int64_t off = 0;
+  for (int d = v.ndim - 1; d >= 0; --d) {
+    const int64_t size = v.sizes[d];
+    off += (i % size) * v.strides[d];
+    i /= size;
+  }
+  return off;
+}
+
+template <typename D>
+__device__ __forceinline__ D* at(const StridedView& v, int64_t i) {
+  return reinterpret_cast<D*>(v.data) + element_offset(v, i);
+}
+
+// ---- launches
+inline cudaStream_t stream_of(const Tensor& t) { return mixtrain::cuda::stream(t.device()); }
+
+inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+constexpr int kThreads = 256;
+
+inline unsigned grid_for(int64_t n, int threads = kThreads) {
+  // A grid-stride loop covers the rest: more blocks than a few waves of the GPU buys nothing.
+  return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t{1} << 16));
+}
+
+template <typename F>
+__global__ void for_each_index_kernel(int64_t n, F f) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    f(i);
+}
+
+// Runs f(i) for i in [0, n) on `device`'s stream.
+template <typename F>
+void for_each_index(Device device, int64_t n, F f, const char* what) {
+  if (n <= 0) return;
+  DeviceGuard guard(device);
+  for_each_index_kernel<<<grid_for(n), kThreads, 0, mixtrain::cuda::stream(device)>>>(n, f);
+  check_launch(what);
+}
+
+// ---- block reductions (blockDim.x a multiple of 32, at most 1024)
+template <typename C>
+__device__ __forceinline__ C warp_sum(C v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename C>
+__device__ __forceinline__ C warp_max(C v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const C other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = (other > v || other != other) ? other : v;  // NaN propagates
+  }
+  return v;
+}
+
+// The sum (or max) of v over the block, returned to every thread. `scratch` holds 32 values.
+template <typename C>
+__device__ C block_sum(C v, C* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : C(0);
+  return warp_sum(v);
+}
+template <typename C>
+__device__ C block_max(C v, C* scratch, C lowest) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : lowest;
+  return warp_max(v);
+}
+
+}  // namespace mixtrain::kernels::cuda

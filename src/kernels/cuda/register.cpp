@@ -1,0 +1,15 @@
+// Every CUDA kernel family, registered in one place.
+#include "kernels/cuda/register.h"
+
+namespace mixtrain::kernels {
+
+void register_cuda(Registry& registry) {
+  MT_INTERNAL_ASSERT(registry.device() == kCUDA, "register_cuda: wrong registry");
+  cuda::register_cuda_copy(registry);
+  cuda::register_cuda_elementwise(registry);
+  cuda::register_cuda_reduce(registry);
+  cuda::register_cuda_optim(registry);
+  cuda::register_cuda_matmul(registry);
+}
+
+}  // namespace mixtrain::kernels

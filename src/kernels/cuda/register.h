@@ -1,0 +1,21 @@
+// The CUDA backend's kernel registration (built only with MIXTRAIN_CUDA): register_cuda fills the
+// CUDA slots of the registry; each kernel file contributes one register_cuda_<family>. Tables
+// without a CUDA kernel yet answer "<op>: no kernel for dtype ... on device cuda:0" (docs/cuda.md
+// lists what runs on the GPU).
+#pragma once
+
+#include "kernels/dispatch.h"
+
+namespace mixtrain::kernels {
+
+void register_cuda(Registry& registry);
+
+namespace cuda {
+void register_cuda_copy(const Registry& r);
+void register_cuda_elementwise(const Registry& r);
+void register_cuda_reduce(const Registry& r);
+void register_cuda_optim(const Registry& r);
+void register_cuda_matmul(const Registry& r);
+}  // namespace cuda
+
+}  // namespace mixtrain::kernels
