@@ -2,7 +2,7 @@
 # known ones listed in cmake/layer-exceptions.txt (each to be removed, never added to).
 #   cmake -DSOURCE_DIR=<repo> -P cmake/CheckLayers.cmake
 # Layers, lowest first; a file may include its own layer's headers and lower ones'.
-set(LAYERS core kernels autograd ops optim amp nn io data train)
+set(LAYERS core kernels autograd ops optim amp nn io data dist train)
 # Public headers outside a layer folder, and the functional API that the ops layer implements.
 set(HEADER_LAYER_tensor.h core)
 set(HEADER_LAYER_device.h core)

@@ -136,10 +136,18 @@ struct DataLoader::Pass {
 DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options) : dataset_(&dataset), options_(options) {
   MT_CHECK(options.batch_size >= 1, "DataLoader: batch_size must be at least 1, got ", options.batch_size);
   MT_CHECK(options.prefetch >= 0, "DataLoader: prefetch must be non-negative, got ", options.prefetch);
+  MT_CHECK(options.num_replicas >= 1 && options.rank >= 0 && options.rank < options.num_replicas,
+           "DataLoader: rank must be in [0, num_replicas), got rank ", options.rank, " of ", options.num_replicas);
+}
+
+int64_t DataLoader::shard_size() const {
+  const int64_t n = dataset_->size(), w = options_.num_replicas;
+  if (w == 1) return n;
+  return options_.drop_last ? n / w : (n + w - 1) / w;
 }
 
 int64_t DataLoader::size() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n = shard_size(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -160,7 +168,17 @@ std::vector<int64_t> DataLoader::order(int64_t epoch) const {
   const int64_t n = dataset_->size();
   std::vector<int64_t> perm(static_cast<size_t>(n));
   std::iota(perm.begin(), perm.end(), int64_t{0});
-  if (!options_.shuffle) return perm;
+  if (options_.shuffle) shuffle_order(perm, epoch);
+  if (options_.num_replicas == 1 || n == 0) return perm;
+  // This rank's shard: positions rank, rank + W, ... of the epoch's order, wrapping past its end.
+  std::vector<int64_t> shard(static_cast<size_t>(shard_size()));
+  for (size_t k = 0; k < shard.size(); ++k)
+    shard[k] = perm[static_cast<size_t>((static_cast<int64_t>(k) * options_.num_replicas + options_.rank) % n)];
+  return shard;
+}
+
+void DataLoader::shuffle_order(std::vector<int64_t>& perm, int64_t epoch) const {
+  const auto n = static_cast<int64_t>(perm.size());
   // Fisher-Yates from the back: step i swaps perm[i] with perm[j], j uniform in [0, i], drawn from
   // Philox block i of stream `epoch` under key `seed`. j = floor(u64 * (i+1) / 2^64) (multiply-high)
   // has a bias below (i+1) / 2^64: invisible at any dataset size.
@@ -170,7 +188,6 @@ std::vector<int64_t> DataLoader::order(int64_t epoch) const {
     const auto j = static_cast<int64_t>((static_cast<unsigned __int128>(bits) * static_cast<uint64_t>(i + 1)) >> 64);
     std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
   }
-  return perm;
 }
 
 DataLoader::Iterator DataLoader::begin() {

@@ -142,6 +142,8 @@ std::string TrainSummary::to_json(int indent) const {
             {"steps", steps},
             {"steps_this_run", steps_this_run},
             {"batch_size", batch_size},
+            {"world_size", world_size},
+            {"global_batch_size", global_batch_size},
             {"test_accuracy", opt(test_accuracy)},
             {"test_loss", opt(test_loss)},
             {"final_loss", final_loss},
@@ -180,6 +182,8 @@ Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data:
                            .seed = options_.seed,
                            .drop_last = options_.drop_last,
                            .prefetch = options_.prefetch,
+                           .num_replicas = options_.process_group ? options_.process_group->size() : 1,
+                           .rank = options_.process_group ? options_.process_group->rank() : 0,
                            .transform = options_.train_transform}),
       scaler_([&] {
         amp::GradScalerOptions o = options_.precision.scaler_options;
@@ -301,6 +305,17 @@ Device Trainer::model_device() const {
   return Device{};
 }
 
+// Data parallelism: the gradient reductions of this backward have landed (DistributedDataParallel
+// waits for them in its last gradient hook; this catches parameters that got none), and the
+// reported loss is the mean over the ranks, so that every rank takes the same decisions.
+void Trainer::sync_after_backward(StepInfo& info) {
+  if (!ddp_) return;
+  ddp_->finish_gradient_sync();
+  const Tensor l = from_vector(std::vector<double>{info.loss}, {1});
+  options_.process_group->all_reduce(l, dist::ReduceOp::kAvg);
+  info.loss = l.item<double>();
+}
+
 StepInfo Trainer::train_step(const data::Batch& batch) {
   StepInfo info;
   const Device device = model_device();
@@ -325,6 +340,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
   bool stepped = true;
   if (scaler_.is_enabled()) {
     scaler_.scale(loss).backward();
+    sync_after_backward(info);
     if (options_.after_backward) options_.after_backward();
     if (options_.clip_grad_norm) {
       scaler_.unscale_(*optimizer_);  // clip the real gradients, not the scaled ones
@@ -340,6 +356,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     scaler_.update();
   } else {
     loss.backward();
+    sync_after_backward(info);
     if (options_.after_backward) options_.after_backward();
     stepped = nonfinite_gate(info.loss);
     if (stepped) {
@@ -359,13 +376,14 @@ struct Trainer::RunState {
   Clock::time_point epoch_start = Clock::now();
   std::vector<double> step_ms;
   int64_t steps = 0;
-  int64_t peak = 0;         // highest memory::stats().peak_bytes seen during training
+  Device device;            // the model's: memory is counted there
+  int64_t peak = 0;         // highest memory::stats(device).peak_bytes seen during training
   int64_t other_bytes = 0;  // bytes held at the start that are not training state (datasets, ...)
   io::AppendFile metrics;   // open when out_dir is set
   int64_t total = 0;
   int64_t epochs = 0;
 
-  void note_peak() { peak = std::max(peak, memory::stats().peak_bytes); }
+  void note_peak() { peak = std::max(peak, memory::stats(device).peak_bytes); }
 };
 
 void Trainer::log_step(RunState& run, const StepInfo& info) {
@@ -394,7 +412,7 @@ void Trainer::finish_epoch(RunState& run, bool evaluate_now) {
     run.note_peak();
     last_eval_ = evaluate(*eval_data_);
     last_eval_step_ = step_;
-    memory::reset_peak();
+    memory::reset_peak(run.device);
     info.eval = last_eval_;
   }
   if (options_.on_epoch) options_.on_epoch(info);
@@ -454,10 +472,12 @@ TrainSummary Trainer::fit() {
   if (!options_.resume_from.empty() && resumed_from_ != options_.resume_from) load_checkpoint(options_.resume_from);
   if (fresh_ && step_ == 0) default_generator().manual_seed(options_.seed);
 
+  if (world_size() > 1 && !ddp_) ddp_ = std::make_unique<dist::DistributedDataParallel>(*model_, *options_.process_group);
   RunState run;
+  run.device = model_device();
   run.total = total_steps();
   run.epochs = (run.total + loader_.size() - 1) / loader_.size();
-  if (!options_.out_dir.empty()) {
+  if (writes_files()) {
     prepare_out_dir();
     const std::string path = (fs::path(options_.out_dir) / "metrics.jsonl").string();
     // A fresh run starts the file afresh; a resumed one keeps the lines up to its checkpoint.
@@ -474,8 +494,8 @@ TrainSummary Trainer::fit() {
           if (p.grad().defined()) g += static_cast<int64_t>(p.grad().nbytes());
         return g;
       }();
-  run.other_bytes = memory::stats().current_bytes - training_state;
-  memory::reset_peak();
+  run.other_bytes = memory::stats(run.device).current_bytes - training_state;
+  memory::reset_peak(run.device);
   run.start = run.epoch_start = Clock::now();
   model_->train();
 
@@ -506,13 +526,13 @@ TrainSummary Trainer::fit() {
       // Position first (epoch_/batch_ advance past a finished epoch), then the checkpoint, so that
       // a checkpoint written at an epoch's end resumes at the next epoch's first batch.
       if (batch_ == loader_.size()) finish_epoch(run, options_.eval_every_epoch);
-      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && !options_.out_dir.empty()) {
+      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && writes_files()) {
         // The optimizer's state_dict() is a deep copy: keep it out of the training peak, as evaluation.
         run.note_peak();
         save_checkpoint(
             (fs::path(options_.out_dir) / ("checkpoint-" + std::to_string(step_) + ".safetensors")).string());
         if (options_.keep_checkpoints > 0) remove_old_checkpoints();  // after the new one is on disk
-        memory::reset_peak();
+        memory::reset_peak(run.device);
       }
       if (step_ >= run.total) break;
     }
@@ -526,7 +546,7 @@ TrainSummary Trainer::fit() {
   model_->train();
 
   TrainSummary summary = make_summary(run);
-  if (!options_.out_dir.empty()) {
+  if (writes_files()) {
     const fs::path dir(options_.out_dir);
     save_checkpoint((dir / "checkpoint.safetensors").string());  // refuses non-finite weights
     io::save_safetensors((dir / "model.safetensors").string(), model_->state_dict().items(),
@@ -554,6 +574,8 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.steps = step_;
   s.steps_this_run = run.steps;
   s.batch_size = options_.batch_size;
+  s.world_size = world_size();
+  s.global_batch_size = options_.batch_size * world_size();
   if (last_eval_) {
     s.test_accuracy = last_eval_->accuracy;
     s.test_loss = last_eval_->loss;
@@ -565,7 +587,7 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
                         ? options_.timing_warmup_steps
                         : int64_t{0};
   s.step_ms_median = median(std::vector<double>(run.step_ms.begin() + warm, run.step_ms.end()));
-  s.samples_per_sec = s.step_ms_median > 0 ? 1000.0 * static_cast<double>(options_.batch_size) / s.step_ms_median : 0;
+  s.samples_per_sec = s.step_ms_median > 0 ? 1000.0 * static_cast<double>(s.global_batch_size) / s.step_ms_median : 0;
   if (options_.flops_per_sample > 0)
     s.gflops = static_cast<double>(options_.flops_per_sample) * s.samples_per_sec / 1e9;
   s.peak_bytes = std::max<int64_t>(0, run.peak - run.other_bytes);

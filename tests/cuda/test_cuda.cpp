@@ -7,9 +7,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
+#include "cuda/cuda_test_helpers.h"
 #include "mixtrain/cuda.h"
 #include "mixtrain/mixtrain.h"
 #include "support/expect_error.h"
@@ -20,29 +20,10 @@ namespace F = mixtrain::nn::functional;
 
 namespace {
 
-const mt::Device kHost{};
-const mt::Device kGpu{mt::kCUDA, 0};
-
-#define MT_REQUIRE_GPU() \
-  if (!mt::cuda::is_available()) GTEST_SKIP() << "no GPU: " << mt::cuda::unavailable_reason()
-
-std::vector<uint8_t> bytes_of(const mt::Tensor& t) {
-  const mt::Tensor h = t.to(kHost).contiguous();
-  const auto* p = static_cast<const uint8_t*>(h.raw_data());
-  return std::vector<uint8_t>(p, p + h.nbytes());
-}
-
-// |gpu - cpu| <= atol + rtol * |cpu| element by element, NaN only where the CPU has NaN.
-void expect_close(const mt::Tensor& gpu, const mt::Tensor& cpu, mt::testing::Tolerance tol, const char* what) {
-  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
-  const std::vector<double> g = gpu.to(kHost).to_vector<double>(), c = cpu.to_vector<double>();
-  int64_t bad = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    const bool ok = std::isnan(c[i]) ? std::isnan(g[i]) : std::abs(g[i] - c[i]) <= tol.atol + tol.rtol * std::abs(c[i]);
-    if (!ok && bad++ < 5) ADD_FAILURE() << what << ": element " << i << " gpu " << g[i] << " cpu " << c[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << c.size() << " elements differ";
-}
+using mt::testing::gpu::bytes_of;
+using mt::testing::gpu::expect_close;
+using mt::testing::gpu::kGpu;
+using mt::testing::gpu::kHost;
 
 // ---- everywhere
 TEST(CudaAvailability, ReasonAndRefusalAreClearWithoutAGpu) {

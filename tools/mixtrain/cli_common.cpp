@@ -118,6 +118,10 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
     app.add_option("--threads", a.threads, "CPU threads (0: one per logical processor)")
         ->check(CLI::Range(0, kMaxThreads))
         ->capture_default_str();
+    app.add_option("--device", a.device,
+                   "Where the model trains: cpu, or cuda / cuda:N (a GPU, in builds with the CUDA backend; "
+                   "docs/cuda.md)")
+        ->capture_default_str();
   }
   if (has(Flags::kTraining)) {
     app.add_option("--epochs", a.epochs, "Epochs over the training set")
@@ -207,6 +211,25 @@ int apply_threads(int threads) {
   const int n = threads > 0 ? threads : std::min(num_processors(), kMaxThreads);
   set_num_threads(n);
   return n;
+}
+
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device{};
+  int64_t index = -1;
+  if (text == "cuda") {
+    index = 0;
+  } else if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
+             text.find_first_not_of("0123456789", 5) == std::string::npos) {
+    index = std::stoll(text.substr(5));
+  }
+  if (index < 0)
+    throw UsageError("--device must be cpu, cuda or cuda:N, got \"" + detail::escape_untrusted(text.substr(0, 32)) + "\"");
+  const int count = device_count(kCUDA);
+  if (index >= count)
+    throw UsageError("--device " + text + ": " +
+                     (count == 0 ? device_unavailable_reason(kCUDA)
+                                 : "this machine has " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s")));
+  return Device(kCUDA, static_cast<int16_t>(index));
 }
 
 std::string random_text(int64_t n, uint64_t seed) {

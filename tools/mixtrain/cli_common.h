@@ -49,6 +49,7 @@ struct RunArgs {
   std::string augment = "none";
   uint64_t seed = 0;
   int threads = 0;  // 0: every core
+  std::string device = "cpu";  // --device: cpu, cuda or cuda:N
   std::string out;
   int64_t checkpoint_every = 0;
   int64_t keep_checkpoints = 0;
@@ -78,6 +79,10 @@ void check_combination(const RunArgs& args, const DataSpec& spec, train::Precisi
 
 // Sets the OpenMP thread count (--threads, 0: every core) and returns it.
 int apply_threads(int threads);
+
+// --device: "cpu", "cuda" (cuda:0) or "cuda:N"; throws UsageError for another text, or for a GPU
+// this build or machine does not have (with the reason).
+Device parse_device(const std::string& text);
 
 struct LoadedData {
   std::unique_ptr<data::Dataset> train;

@@ -1,8 +1,10 @@
 // mixtrain bench: training-step throughput of a named model on synthetic data.
 #include <cstdio>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "mixtrain/dist/process_group.h"
 #include "mixtrain/memory.h"
 
 namespace mixtrain::cli {
@@ -37,10 +39,11 @@ int run_bench(const BenchArgs& b) {
   spec.synthetic_size = a.batch_size * (b.warmup + a.steps);
   check_combination(a, spec, precision);
   const int threads = apply_threads(a.threads);
+  const Device device = parse_device(a.device);
   cli::ModelInfo info = cli::model_info(a.model);
-  nn::GPTConfig gpt_config;
+  nn::GPTConfig gpt_config = info.task == cli::ModelTask::kLanguageModel ? cli::gpt_config(a.model) : nn::GPTConfig{};
   if (b.embed > 0) {
-    if (info.task != cli::ModelTask::kLanguageModel)
+    if (a.model != "gpt")
       throw UsageError("--embed sets the width of the gpt model; model " + a.model + " has a fixed architecture");
     if (b.embed % gpt_config.num_heads != 0)
       throw UsageError("--embed must be a multiple of the " + std::to_string(gpt_config.num_heads) + " heads, got " +
@@ -51,7 +54,9 @@ int run_bench(const BenchArgs& b) {
   LoadedData data = load_data(spec, info, a.seed);
 
   std::shared_ptr<nn::Module> model = b.embed > 0 ? cli::make_gpt(gpt_config, a.seed) : cli::make_model(a.model, a.seed);
+  model->to(device);
   train::TrainerOptions o = trainer_options(a, precision, train::parse_param_dtype(a.master_weights));
+  if (dist::launched_by_mpi()) o.process_group = &dist::world();  // data parallel: samples_per_sec of the job
   o.flops_per_sample = info.flops_per_sample;
   o.max_steps = b.warmup + a.steps;
   o.timing_warmup_steps = b.warmup;
@@ -62,10 +67,10 @@ int run_bench(const BenchArgs& b) {
   // shows up as allocations of sizes no training step uses.
   o.drop_last = true;
   // Allocator counters over the timed steps: snapshots after the last warm-up step and the last step.
-  memory::Stats at_timing_start = memory::stats(), at_end = memory::stats();
+  memory::Stats at_timing_start = memory::stats(device), at_end = memory::stats(device);
   o.on_step = [&, warmup = b.warmup, last = b.warmup + a.steps](const train::StepInfo& i) {
-    if (i.step == warmup) at_timing_start = memory::stats();
-    if (i.step == last) at_end = memory::stats();
+    if (i.step == warmup) at_timing_start = memory::stats(device);
+    if (i.step == last) at_end = memory::stats(device);
   };
   train::Trainer trainer(*model, train::adamw(a.lr, a.weight_decay), *data.train, /*eval_data=*/nullptr, o);
   const train::TrainSummary s = trainer.fit();
@@ -75,13 +80,18 @@ int run_bench(const BenchArgs& b) {
       static_cast<double>(at_end.system_allocations - at_timing_start.system_allocations) / steps;
 
   if (b.json) {
+    std::ostringstream device_name;
+    device_name << device;
     const nlohmann::json j = {{"model", a.model},
+                              {"device", device_name.str()},
                               {"precision", a.precision},
                               {"scaler", s.scaler},
                               {"master_weights", s.master_weights},
                               {"embed", info.task == cli::ModelTask::kLanguageModel ? gpt_config.embed_dim : 0},
                               {"parameters", info.num_parameters},
                               {"batch_size", a.batch_size},
+                              {"world_size", s.world_size},
+                              {"global_batch_size", s.global_batch_size},
                               {"steps", a.steps},
                               {"warmup", b.warmup},
                               {"threads", threads},

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "mixtrain/dist/process_group.h"
 #include "progress.h"
 
 namespace mixtrain::cli {
@@ -28,7 +29,9 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
                                  const LoadedData& data, const std::string& out_dir, const std::string& label,
                                  std::vector<double>* losses) {
   auto model = cli::make_model(args.model, args.seed);
+  model->to(parse_device(args.device));  // the Trainer moves each batch to the model's device
   train::TrainerOptions o = trainer_options(args, precision, param_dtype);
+  if (dist::launched_by_mpi()) o.process_group = &dist::world();
   o.out_dir = out_dir;
   Progress progress(label, args.batch_size, Progress::stdout_is_terminal());
   progress.attach(o);
@@ -71,6 +74,7 @@ int run_train(const RunArgs& in) {
   const DataSpec spec = parse_data_spec(a.data);
   const train::Precision precision = train::parse_precision(a.precision);
   check_combination(a, spec, precision);
+  parse_device(a.device);  // an unusable --device is refused before the data is loaded
   const DType param_dtype = train::parse_param_dtype(a.master_weights);
   if (a.resume == "auto") {
     // The newest checkpoint of this output directory, or a fresh start that replaces the files of the
@@ -87,10 +91,14 @@ int run_train(const RunArgs& in) {
   std::printf("mixtrain train: %s (%lld parameters) on %s, %lld training examples\n", a.model.c_str(),
               static_cast<long long>(info.num_parameters), describe(spec).c_str(),
               static_cast<long long>(data.train->size()));
-  std::printf("precision %s (scaler %s, %s parameters), batch %lld, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
-              a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(),
-              static_cast<long long>(a.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
-              static_cast<unsigned long long>(a.seed), threads);
+  const int world = dist::launched_by_mpi() ? dist::world().size() : 1;
+  const std::string batch = world == 1 ? std::to_string(a.batch_size)
+                                       : std::to_string(a.batch_size) + " per process x " + std::to_string(world) +
+                                             " processes = " + std::to_string(a.batch_size * world);
+  std::printf("precision %s (scaler %s, %s parameters), batch %s, AdamW lr %g (%s) wd %g, seed %llu, %d threads%s\n",
+              a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(), batch.c_str(), a.lr,
+              describe_lr_decay(a).c_str(), a.weight_decay, static_cast<unsigned long long>(a.seed), threads,
+              world == 1 ? "" : " per process");
   std::printf("cpu %s\n", cpu::describe().c_str());
   std::fflush(stdout);
 

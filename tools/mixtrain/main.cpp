@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app.h"
+#include "mixtrain/dist/process_group.h"
 
 int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) then makes write() fail with EFBIG, which the writers report,
@@ -26,6 +27,27 @@ int main(int argc, char** argv) {
     return app->exit(e);
   }
 
+  // Started by mpirun with several processes: they train one model together (docs/distributed.md).
+  // Rank 0 alone prints; a rank that fails ends the whole job at once, with its message, instead of
+  // leaving the others waiting in a collective.
+  mixtrain::dist::ProcessGroup* group = nullptr;
+  try {
+    if (mixtrain::dist::launched_by_mpi()) {
+      group = &mixtrain::dist::world();
+      if (group->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mixtrain: error: %s\n", one_line(e.what()).c_str());
+    return 1;
+  }
+  auto fail = [&](int code, const std::string& message) {
+    std::fflush(stdout);
+    if (group != nullptr && group->size() > 1)
+      group->abort(code, "mixtrain: error on rank " + std::to_string(group->rank()) + ": " + message);
+    std::fprintf(stderr, "mixtrain: error: %s\n", message.c_str());
+    return code;
+  };
+
   try {
     // An invalid MIXTRAIN_MAX_ISA is reported here, before any work.
     if (!inv.inspect_cmd->parsed()) mixtrain::cpu::isa();
@@ -34,17 +56,11 @@ int main(int argc, char** argv) {
     if (inv.bench_cmd->parsed()) return cli::run_bench(inv.bench);
     if (inv.inspect_cmd->parsed()) return cli::run_inspect(inv.inspect_file);
   } catch (const mixtrain::train::NonFiniteError& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "mixtrain: error: %s\n", one_line(e.what()).c_str());
-    return 3;
+    return fail(3, one_line(e.what()));
   } catch (const cli::UsageError& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "mixtrain: error: %s\n", one_line(e.what()).c_str());
-    return 2;
+    return fail(2, one_line(e.what()));
   } catch (const std::exception& e) {  // mt::Error and the rest
-    std::fflush(stdout);
-    std::fprintf(stderr, "mixtrain: error: %s\n", one_line(e.what()).c_str());
-    return 1;
+    return fail(1, one_line(e.what()));
   }
   return 1;
 }

@@ -76,6 +76,13 @@ ModelInfo cnn_info() {
 
 }  // namespace
 
+GPTConfig gpt_config(const std::string& name) {
+  if (name == "gpt-small")
+    return GPTConfig{.vocab_size = 256, .context = 1024, .embed_dim = 768, .num_layers = 12, .num_heads = 12};
+  MT_CHECK(name == "gpt", "gpt_config: \"", name, "\" is not a language model of the table");
+  return GPTConfig{};
+}
+
 ModelInfo gpt_model_info(const GPTConfig& c) {
   const int64_t C = c.embed_dim, V = c.vocab_size, T = c.context, L = c.num_layers, R = c.mlp_ratio;
   const int64_t block_params = layer_norm_params(C) + linear_params(C, 3 * C) + linear_params(C, C) +
@@ -96,8 +103,14 @@ ModelInfo gpt_model_info(const GPTConfig& c) {
 namespace {
 
 const std::vector<ModelInfo>& all_models() {
-  static const std::vector<ModelInfo> models = {mlp_info("mlp", 512, 256), mlp_info("mlp-wide", 1024, 1024), cnn_info(),
-                                                gpt_model_info(GPTConfig{})};
+  static const std::vector<ModelInfo> models = [] {
+    std::vector<ModelInfo> m = {mlp_info("mlp", 512, 256), mlp_info("mlp-wide", 1024, 1024), cnn_info(),
+                                gpt_model_info(gpt_config("gpt"))};
+    ModelInfo small = gpt_model_info(gpt_config("gpt-small"));
+    small.name = "gpt-small";
+    m.push_back(small);
+    return m;
+  }();
   return models;
 }
 
@@ -126,7 +139,7 @@ std::shared_ptr<Module> make_model(const std::string& name, uint64_t seed) {
   if (info.name == "mlp") return make_mlp(512, 256, &g);
   if (info.name == "mlp-wide") return make_mlp(1024, 1024, &g);
   if (info.name == "cnn") return make_cnn(&g);
-  return make_gpt(GPTConfig{}, seed);
+  return make_gpt(gpt_config(info.name), seed);
 }
 
 std::shared_ptr<Module> make_gpt(const GPTConfig& config, uint64_t seed) {

@@ -6,8 +6,10 @@
 //   cnn       Conv2d(1,32,3,pad 1), ReLU, MaxPool2d(2), Conv2d(32,64,3,pad 1), ReLU, MaxPool2d(2),
 //             Flatten, Linear(3136,128), ReLU, Linear(128,10)
 //   gpt       GPT(vocab 256, context 128, C 256, 4 layers, 4 heads, MLP 4C, GELU), see nn/gpt.h
+//   gpt-small GPT(vocab 256, context 1024, C 768, 12 layers, 12 heads, MLP 4C, GELU): GPT-2 small's
+//             shape with a byte vocabulary, the GPU benchmark of docs/cuda.md (85M parameters)
 //
-// mlp, mlp-wide and cnn are Sequentials (keys "0.weight", ...); gpt is nn::GPT.
+// mlp, mlp-wide and cnn are Sequentials (keys "0.weight", ...); gpt and gpt-small are nn::GPT.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,9 @@ const std::vector<std::string>& model_names();
 // Throws mt::Error listing the valid names for an unknown name.
 const ModelInfo& model_info(const std::string& name);
 inline int64_t model_flops_per_sample(const std::string& name) { return model_info(name).flops_per_sample; }
+
+// The GPT configuration of a language model of the table ("gpt" or "gpt-small").
+nn::GPTConfig gpt_config(const std::string& name);
 
 // The ModelInfo of a GPT of any configuration, named "gpt" (model_info("gpt") is the default
 // nn::GPTConfig's); used to size FLOP counts for GPTs of other widths, e.g. in scaling benchmarks.

@@ -40,6 +40,14 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   bool drop_last = false;  // drop a final batch smaller than batch_size
   int prefetch = 2;        // batches built ahead on a background thread; 0: no thread
+  // Data parallelism (PyTorch's DistributedSampler): with num_replicas W > 1 this loader visits
+  // rank r's shard of each epoch's order, positions r, r + W, r + 2W, ... of the one seeded order
+  // every rank computes. Each rank's batch i then holds, together with the other ranks' batch i,
+  // exactly batch i of a single process at batch size W * batch_size. A shard has floor(N / W)
+  // samples with drop_last, else ceil(N / W), the last ranks' shards padded by wrapping to the
+  // order's start (so every rank runs the same number of steps). W = 1 is the plain loader.
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
   // Applied to every batch after Dataset::get_batch, on the prefetch thread (data/transforms.h).
   BatchTransform transform;
 };
@@ -79,8 +87,11 @@ class DataLoader {
   // A loader keeps a reference: a temporary dataset would dangle.
   DataLoader(const Dataset&& dataset, DataLoaderOptions options = {}) = delete;
 
-  // Batches per epoch: ceil(N / B), or floor(N / B) with drop_last.
+  // Batches per epoch: ceil(S / B), or floor(S / B) with drop_last, where S is the shard size
+  // (the dataset size N without data parallelism).
   int64_t size() const;
+  // Samples this loader visits per epoch: N, or this rank's shard of N.
+  int64_t shard_size() const;
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
 
@@ -91,7 +102,8 @@ class DataLoader {
   int64_t start_batch() const { return start_batch_; }
   void set_start_batch(int64_t batch);
 
-  // Dataset indices in the order epoch `epoch` visits them (identity without shuffle).
+  // Dataset indices in the order epoch `epoch` visits them (identity without shuffle): this rank's
+  // shard of the epoch's order with num_replicas > 1.
   std::vector<int64_t> order(int64_t epoch) const;
 
   // Starts a pass over epoch() from start_batch() (and builds its first batch), then advances
@@ -100,6 +112,8 @@ class DataLoader {
   Iterator end() const { return Iterator(); }
 
  private:
+  void shuffle_order(std::vector<int64_t>& perm, int64_t epoch) const;
+
   const Dataset* dataset_;
   DataLoaderOptions options_;
   int64_t epoch_ = 0;

@@ -76,6 +76,7 @@
 #include "mixtrain/data/dataloader.h"
 #include "mixtrain/data/dataset.h"
 #include "mixtrain/error.h"
+#include "mixtrain/dist/ddp.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/tensor.h"
@@ -194,6 +195,13 @@ struct TrainerOptions {
   // Runs after each step's backward pass, before the gradients are unscaled, clipped, checked or
   // applied: where data parallelism waits for its gradient reductions.
   std::function<void()> after_backward;
+  // Data parallelism (docs/distributed.md): with a group of more than one process, fit() wraps the
+  // model in dist::DistributedDataParallel (rank 0's weights everywhere, gradients averaged over
+  // the ranks during backward), each rank's loader visits its shard of every epoch's order,
+  // batch_size is the per-rank batch (the global one is world size times it), the reported loss is
+  // the mean over ranks, and only rank 0 writes out_dir's files. Every rank must run the same
+  // Trainer with the same options. nullptr or a one-process group: plain training.
+  dist::ProcessGroup* process_group = nullptr;
   std::function<void(const StepInfo&)> on_step;
   std::function<void(const EpochInfo&)> on_epoch;
 };
@@ -210,12 +218,14 @@ struct TrainSummary {
   double epochs = 0;           // steps / batches_per_epoch
   int64_t steps = 0;           // global steps completed (including a resumed run's earlier ones)
   int64_t steps_this_run = 0;
-  int64_t batch_size = 0;
+  int64_t batch_size = 0;        // per process
+  int world_size = 1;             // processes training together (data parallelism)
+  int64_t global_batch_size = 0;  // batch_size * world_size: the samples of one step
   std::optional<double> test_accuracy;  // of the final evaluation (fraction in [0, 1])
   std::optional<double> test_loss;
   double final_loss = 0;         // mean step loss over the last epoch with steps (the current partial one, if any)
   double step_ms_median = 0;     // over this run's steps after the warm-up
-  double samples_per_sec = 0;    // batch_size / step_ms_median
+  double samples_per_sec = 0;    // global_batch_size / step_ms_median: every process together
   std::optional<double> gflops;  // flops_per_sample * samples_per_sec / 1e9
   int64_t peak_bytes = 0;        // peak tensor bytes of training (weights, grads, optimizer state, activations)
   int64_t skipped_steps = 0;     // steps skipped (GradScaler, or on_nonfinite = skip), over the whole run
@@ -320,6 +330,7 @@ class Trainer {
   // parameter or else the named gradient.
   std::string divergence_message(const std::string& cause, double loss, const std::string& grad_name) const;
   uint64_t data_fingerprint() const;
+  void sync_after_backward(StepInfo& info);
 
   nn::Module* model_;
   optim::Optimizer* optimizer_;
@@ -345,6 +356,12 @@ class Trainer {
   bool out_dir_ready_ = false;                   // prepare_out_dir() accepted out_dir for this Trainer
   mutable std::optional<uint64_t> fingerprint_;  // of the training data, computed once
   Tensor found_inf_, unit_scale_;                // 0-dim fp32 scratch of the non-finite checks
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;  // with a process group of several ranks
+
+  int world_size() const { return options_.process_group ? options_.process_group->size() : 1; }
+  int rank() const { return options_.process_group ? options_.process_group->rank() : 0; }
+  // This process writes out_dir's files: out_dir is set and it is rank 0.
+  bool writes_files() const { return !options_.out_dir.empty() && rank() == 0; }
 };
 
 }  // namespace mixtrain::train

@@ -17,6 +17,7 @@
 
 #include "core/cuda/cuda_backend.h"
 #include "kernels/dispatch.h"
+#include "mixtrain/memory.h"
 #include "mixtrain/tensor.h"
 
 namespace mixtrain::kernels::cuda {
@@ -109,6 +110,61 @@ decltype(auto) dispatch_all(DType dtype, F&& f) {
   MT_INTERNAL_ASSERT(false, "unknown dtype");
 }
 
+// Calls f.template operator()<T>() with T the host element type of a floating `dtype`; any other
+// dtype is an error naming `op`.
+template <typename F>
+decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case kFloat32: return f.template operator()<float>();
+    case kFloat64: return f.template operator()<double>();
+    case kFloat16: return f.template operator()<float16>();
+    case kBFloat16: return f.template operator()<bfloat16>();
+    default: MT_FAIL(op, ": expected a floating-point tensor (float32, float64, float16, bfloat16), got ", dtype);
+  }
+}
+
+// -inf in a compute type (the identity of a max).
+template <typename C>
+__device__ __forceinline__ C minus_infinity() {
+  if constexpr (std::is_same_v<C, double>) return -static_cast<double>(INFINITY);
+  else return -INFINITY;
+}
+
+// ---- device scratch memory: a few bytes for results, or per-block partial sums, from the caching
+// allocator (no cudaMalloc per call). Freed at scope exit; the allocator is stream-ordered, so the
+// block may be reused by later work on the same stream without a synchronisation.
+class DeviceScratch {
+ public:
+  DeviceScratch(Device device, size_t nbytes) : device_(device), nbytes_(nbytes), ptr_(memory::allocate(nbytes, device)) {}
+  ~DeviceScratch() { memory::deallocate(ptr_, nbytes_, device_); }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  Device device_;
+  size_t nbytes_;
+  void* ptr_;
+};
+
+// Host -> device copy of `count` values on the device's stream.
+template <typename T>
+void upload(Device device, T* dst, const T* src, size_t count) {
+  DeviceGuard guard(device);
+  check(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyHostToDevice, mixtrain::cuda::stream(device)), "upload");
+  // The source is pageable host memory: cudaMemcpyAsync has copied it out before returning.
+}
+
+// Device -> host copy of `count` values after the work queued so far on the device's stream: a sync.
+template <typename T>
+void download(Device device, T* dst, const T* src, size_t count) {
+  DeviceGuard guard(device);
+  const cudaStream_t s = mixtrain::cuda::stream(device);
+  check(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, s), "read back");
+  check(cudaStreamSynchronize(s), "read back");
+}
+
 // ---- strided addressing: a tensor's element pointer, sizes and strides (elements), by value.
 struct StridedView {
   char* data = nullptr;
@@ -159,6 +215,17 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, int64_t{1} << 16));
 }
 
+// Threads of a block that reduces one row of n elements (a multiple of 32, at most 1024).
+inline int threads_for_row(int64_t n) {
+  if (n <= 32) return 32;
+  if (n <= 64) return 64;
+  if (n <= 128) return 128;
+  return n < 4096 ? 256 : 1024;
+}
+
+// Blocks of a launch with one block per row (kernels loop over rows with a stride of gridDim.x).
+inline unsigned blocks_for_rows(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, int64_t{1} << 16)); }
+
 template <typename F>
 __global__ void for_each_index_kernel(int64_t n, F f) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -190,7 +257,9 @@ __device__ __forceinline__ C warp_max(C v) {
   return v;
 }
 
-// The sum (or max) of v over the block, returned to every thread. `scratch` holds 32 values.
+// The sum (or max) of v over the block, returned to every thread. `scratch` holds 32 values. Every
+// thread of the block must call it. Two calls in a row may share `scratch`: each call synchronises
+// the block before writing it, after every thread has read the previous call's values.
 template <typename C>
 __device__ C block_sum(C v, C* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;

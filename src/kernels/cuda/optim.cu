@@ -15,41 +15,9 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/register.h"
 #include "kernels/optim.h"
-#include "mixtrain/memory.h"
 
 namespace mixtrain::kernels::cuda {
 namespace {
-
-// A few bytes of device memory for results, from the caching allocator (no cudaMalloc per step).
-class DeviceScratch {
- public:
-  DeviceScratch(Device device, size_t nbytes) : device_(device), nbytes_(nbytes), ptr_(memory::allocate(nbytes, device)) {}
-  ~DeviceScratch() { memory::deallocate(ptr_, nbytes_, device_); }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-
- private:
-  Device device_;
-  size_t nbytes_;
-  void* ptr_;
-};
-
-template <typename T>
-void upload(Device device, T* dst, const T* src, size_t count) {
-  DeviceGuard guard(device);
-  check(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyHostToDevice, mixtrain::cuda::stream(device)), "upload");
-  // The source is pageable host memory: cudaMemcpyAsync has copied it out before returning.
-}
-
-template <typename T>
-void download(Device device, T* dst, const T* src, size_t count) {
-  DeviceGuard guard(device);
-  const cudaStream_t s = mixtrain::cuda::stream(device);
-  check(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, s), "read back");
-  check(cudaStreamSynchronize(s), "read back");
-}
 
 __device__ __forceinline__ bool nonfinite(float v) { return !(fabsf(v) <= FLT_MAX); }
 __device__ __forceinline__ bool nonfinite(double v) { return !(fabs(v) <= DBL_MAX); }

@@ -16,6 +16,11 @@ void register_cuda_elementwise(const Registry& r);
 void register_cuda_reduce(const Registry& r);
 void register_cuda_optim(const Registry& r);
 void register_cuda_matmul(const Registry& r);
+void register_cuda_nn(const Registry& r);
+void register_cuda_loss(const Registry& r);
+void register_cuda_batch_norm(const Registry& r);
+void register_cuda_shape_ops(const Registry& r);
+void register_cuda_attention(const Registry& r);
 }  // namespace cuda
 
 }  // namespace mixtrain::kernels

@@ -1,0 +1,217 @@
+// DistributedDataParallel (mixtrain/dist/ddp.h): buckets filled by post-accumulate-grad hooks,
+// all-reduced in index order while backward runs, averaged into .grad when the last gradient
+// arrives.
+#include "mixtrain/dist/ddp.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "mixtrain/error.h"
+#include "mixtrain/factory.h"
+#include "mixtrain/ops/elementwise.h"
+
+namespace mixtrain::dist {
+
+struct DistributedDataParallel::Bucket {
+  Tensor flat;               // fp32, the bucket's gradients back to back
+  int64_t params = 0;        // how many parameters it holds
+  int64_t pending = 0;       // of those, not yet ready this backward
+  std::shared_ptr<Work> work;  // the all-reduce in flight, until waited for
+};
+
+namespace {
+
+std::string signature(const std::vector<std::string>& names, const std::vector<Tensor>& params) {
+  std::ostringstream s;
+  for (size_t i = 0; i < params.size(); ++i) s << names[i] << ' ' << describe(params[i]) << '\n';
+  return s.str();
+}
+
+// The first line where two signatures differ (for the error message).
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::istringstream sa(a), sb(b);
+  std::string la, lb;
+  while (true) {
+    const bool ga = static_cast<bool>(std::getline(sa, la)), gb = static_cast<bool>(std::getline(sb, lb));
+    if (!ga && !gb) return "";
+    if (!ga) la = "(nothing)";
+    if (!gb) lb = "(nothing)";
+    if (!ga || !gb || la != lb) return "\"" + la + "\" on rank 0, \"" + lb + "\" here";
+  }
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGroup& group, DdpOptions options)
+    : module_(&module), group_(&group), options_(options) {
+  MT_CHECK(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= 1 << 20,
+           "DistributedDataParallel: bucket_cap_mb must be in (0, 2^20], got ", options.bucket_cap_mb);
+  for (const auto& [name, p] : module.named_parameters()) {
+    if (!p.requires_grad()) continue;
+    MT_CHECK(p.device().is_cpu(), "DistributedDataParallel: parameter ", name, " is on ", p.device(),
+             "; data parallelism over MPI reduces cpu gradients (NCCL for GPUs is not built yet)");
+    MT_CHECK(p.is_contiguous(), "DistributedDataParallel: parameter ", name, " is not contiguous");
+    params_.push_back(p);
+    names_.push_back(name);
+  }
+  MT_CHECK(!params_.empty(),
+           "DistributedDataParallel: the module has no parameter that requires a gradient; nothing to reduce");
+
+  // Every rank must wrap the same model: the same parameters, names, shapes and dtypes.
+  const std::vector<int64_t> counts = group.all_gather(static_cast<int64_t>(params_.size()));
+  for (int r = 0; r < group.size(); ++r)
+    MT_CHECK(counts[r] == counts[0], "DistributedDataParallel: rank ", r, " has ", counts[r],
+             " parameters that require grad, rank 0 has ", counts[0], "; every rank must wrap the same model");
+  const std::string mine = signature(names_, params_);
+  const std::vector<std::string> all = group.all_gather(mine);
+  for (int r = 0; r < group.size(); ++r)
+    MT_CHECK(all[r] == all[0], "DistributedDataParallel: rank ", r, "'s parameters differ from rank 0's: ",
+             first_difference(all[0], all[r]));
+
+  // Rank 0's values everywhere (the parameters only ever change through equal averaged gradients
+  // afterwards, so they stay equal).
+  for (const Tensor& p : params_) group.broadcast(p, 0);
+  if (options.broadcast_buffers)
+    for (const auto& [name, b] : module.named_buffers()) {
+      MT_CHECK(b.device().is_cpu() && b.is_contiguous(), "DistributedDataParallel: buffer ", name,
+               " must be a contiguous cpu tensor");
+      group.broadcast(b, 0);
+    }
+
+  // Buckets in reverse parameter order, cut at bucket_cap_mb of fp32 (a larger tensor alone).
+  const auto cap = static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024);
+  bucket_of_.assign(params_.size(), -1);
+  offset_of_.assign(params_.size(), 0);
+  std::vector<int64_t> current;
+  int64_t bytes = 0;
+  auto close = [&] {
+    if (current.empty()) return;
+    bucket_params_.push_back(current);
+    current.clear();
+    bytes = 0;
+  };
+  for (int64_t i = static_cast<int64_t>(params_.size()) - 1; i >= 0; --i) {
+    const int64_t b = params_[i].numel() * 4;
+    if (!current.empty() && bytes + b > cap) close();
+    current.push_back(i);
+    bytes += b;
+  }
+  close();
+  for (size_t k = 0; k < bucket_params_.size(); ++k) {
+    auto bucket = std::make_unique<Bucket>();
+    int64_t n = 0;
+    for (int64_t i : bucket_params_[k]) {
+      bucket_of_[i] = static_cast<int64_t>(k);
+      offset_of_[i] = n;
+      n += params_[i].numel();
+    }
+    bucket->flat = zeros({n}, {.dtype = kFloat32});
+    bucket->params = static_cast<int64_t>(bucket_params_[k].size());
+    buckets_.push_back(std::move(bucket));
+  }
+  ready_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i)
+    hook_ids_.push_back(params_[i].register_post_accumulate_grad_hook(
+        [this, i](const Tensor&) { on_grad_ready(static_cast<int64_t>(i)); }));
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].remove_post_accumulate_grad_hook(hook_ids_[i]);
+  // Reductions in flight write into the buckets: let them land before the memory goes.
+  for (auto& b : buckets_)
+    if (b->work) {
+      try {
+        b->work->wait();
+      } catch (...) {  // a destructor does not throw; the job is failing anyway
+      }
+    }
+}
+
+void DistributedDataParallel::start_iteration() {
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (auto& b : buckets_) b->pending = b->params;
+  pending_ = static_cast<int64_t>(params_.size());
+  next_launch_ = 0;
+  in_iteration_ = true;
+}
+
+void DistributedDataParallel::on_grad_ready(int64_t i) {
+  if (!sync_) return;  // no_sync: the gradient accumulates locally
+  if (!in_iteration_) start_iteration();
+  MT_CHECK(!ready_[i], "DistributedDataParallel: parameter ", names_[i],
+           " received its gradient twice before the reduction finished (a second backward without no_sync, or "
+           "without finish_gradient_sync after one that left parameters without gradient)");
+  ready_[i] = 1;
+  Bucket& b = *buckets_[bucket_of_[i]];
+  const Tensor& p = params_[i];
+  b.flat.narrow(0, offset_of_[i], p.numel()).copy_(p.grad().reshape({-1}));  // exact widening to fp32
+  --b.pending;
+  if (b.pending == 0 && options_.overlap) launch_ready_buckets();
+  if (--pending_ == 0) finish_gradient_sync();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  // In index order only: every rank issues the same collectives in the same order.
+  while (next_launch_ < static_cast<int64_t>(buckets_.size()) && buckets_[next_launch_]->pending == 0)
+    launch(*buckets_[next_launch_++]);
+}
+
+void DistributedDataParallel::launch(Bucket& b) {
+  b.work = group_->all_reduce_async(b.flat, ReduceOp::kSum);
+  ++stats_.buckets_reduced;
+  stats_.bytes_reduced += b.flat.numel() * 4;
+}
+
+void DistributedDataParallel::finish_gradient_sync() {
+  if (!in_iteration_) return;
+  in_iteration_ = false;
+  std::vector<int64_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!ready_[i]) missing.push_back(static_cast<int64_t>(i));
+  auto wait_all = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto& b : buckets_)
+      if (b->work) {
+        std::shared_ptr<Work> w = std::move(b->work);
+        w->wait();
+      }
+    stats_.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (!missing.empty() && !options_.find_unused_parameters) {
+    wait_all();  // the buckets already issued complete on every rank; none is left half-issued
+    std::string list;
+    for (size_t k = 0; k < missing.size() && k < 8; ++k) list += (k ? ", " : "") + names_[missing[k]];
+    if (missing.size() > 8) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+    MT_FAIL("DistributedDataParallel: parameters received no gradient in this backward on rank ", group_->rank(), ": ",
+            list, ". Every parameter must contribute to the loss, or construct with find_unused_parameters = true");
+  }
+  // Parameters without a gradient here count as zero; which ones no rank used is agreed first.
+  Tensor used;
+  if (options_.find_unused_parameters) {
+    for (int64_t i : missing) {
+      Bucket& b = *buckets_[bucket_of_[i]];
+      b.flat.narrow(0, offset_of_[i], params_[i].numel()).fill_(0.0);
+      --b.pending;
+    }
+    std::vector<int64_t> flags(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) flags[i] = ready_[i] ? 1 : 0;
+    used = from_vector(flags, {static_cast<int64_t>(flags.size())});
+  }
+  // The buckets not yet issued (all of them without overlap), in index order; then the used map.
+  while (next_launch_ < static_cast<int64_t>(buckets_.size())) launch(*buckets_[next_launch_++]);
+  if (used.defined()) group_->all_reduce(used, ReduceOp::kSum);
+  wait_all();
+  const std::vector<int64_t> used_by = used.defined() ? used.to_vector<int64_t>() : std::vector<int64_t>{};
+  const double inv_world = 1.0 / static_cast<double>(group_->size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!used_by.empty() && used_by[i] == 0) continue;  // no rank used it: .grad untouched
+    Tensor& p = params_[i];
+    const Tensor avg = mul(buckets_[bucket_of_[i]]->flat.narrow(0, offset_of_[i], p.numel()), inv_world).reshape(p.shape());
+    Tensor g = p.grad();
+    if (g.defined()) g.copy_(avg);  // rounded once into the gradient's dtype
+    else p.set_grad(avg.to(p.dtype()));
+  }
+  ++stats_.reductions;
+}
+
+}  // namespace mixtrain::dist
