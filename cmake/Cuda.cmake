@@ -5,12 +5,8 @@
 # Sets MIXTRAIN_WITH_CUDA (TRUE/FALSE) for the caller. nvcc is often not on PATH: the toolkit's usual
 # prefixes are tried after CUDACXX / CMAKE_CUDA_COMPILER / PATH. Architectures default to sm_80
 # (Ampere) and sm_90 (Hopper) as machine code, plus PTX of sm_90 for newer GPUs.
-set(MIXTRAIN_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when the toolkit is found), ON (required) or OFF")
-set_property(CACHE MIXTRAIN_CUDA PROPERTY STRINGS AUTO ON OFF)
-string(TOUPPER "${MIXTRAIN_CUDA}" _mt_cuda_mode)
-if(NOT _mt_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "MIXTRAIN_CUDA must be AUTO, ON or OFF, not '${MIXTRAIN_CUDA}'")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/TristateOption.cmake)
+mt_tristate_option(MIXTRAIN_CUDA "Build the CUDA backend: AUTO (when the toolkit is found), ON (required) or OFF" _mt_cuda_mode)
 
 set(MIXTRAIN_WITH_CUDA FALSE)
 set(_mt_cuda_why "")

@@ -10,12 +10,8 @@
 # libmpi_cxx, which comes with libmpi). The CXX component and not C: the C one needs the C language
 # enabled, here and in every project that links the installed package. On Debian 12 the packages
 # are libopenmpi-dev and openmpi-bin (scripts/packages.txt).
-set(MIXTRAIN_MPI AUTO CACHE STRING "Build the MPI process group: AUTO (when MPI is found), ON (required) or OFF")
-set_property(CACHE MIXTRAIN_MPI PROPERTY STRINGS AUTO ON OFF)
-string(TOUPPER "${MIXTRAIN_MPI}" _mt_mpi_mode)
-if(NOT _mt_mpi_mode MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "MIXTRAIN_MPI must be AUTO, ON or OFF, not '${MIXTRAIN_MPI}'")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/TristateOption.cmake)
+mt_tristate_option(MIXTRAIN_MPI "Build the MPI process group: AUTO (when MPI is found), ON (required) or OFF" _mt_mpi_mode)
 
 set(MIXTRAIN_WITH_MPI FALSE)
 set(_mt_mpi_why "")

@@ -235,3 +235,47 @@ TEST(DataLoader, IteratorCopiesShareThePass) {
   EXPECT_TRUE(copy == loader.end());
   EXPECT_THROW(*copy, mt::Error);
 }
+
+// Data parallelism: rank r of W visits positions r, r + W, ... of the one seeded epoch order.
+TEST(DataLoader, ShardsAreDisjointAndTogetherAreTheSingleProcessBatches) {
+  IndexDataset ds(103);
+  for (bool drop_last : {true, false}) {
+    SCOPED_TRACE(drop_last ? "drop_last" : "keep the last batch");
+    DataLoader one(ds, {.batch_size = 8, .seed = 5, .drop_last = drop_last, .prefetch = 0});
+    DataLoader r0(ds, {.batch_size = 4, .seed = 5, .drop_last = drop_last, .prefetch = 0, .num_replicas = 2, .rank = 0});
+    DataLoader r1(ds, {.batch_size = 4, .seed = 5, .drop_last = drop_last, .prefetch = 0, .num_replicas = 2, .rank = 1});
+    EXPECT_EQ(r0.shard_size(), drop_last ? 51 : 52);
+    EXPECT_EQ(r0.size(), r1.size()) << "every rank runs the same number of steps";
+    EXPECT_EQ(r0.size(), drop_last ? 12 : 13);
+    for (int64_t epoch : {0, 3}) {
+      one.set_epoch(epoch);
+      r0.set_epoch(epoch);
+      r1.set_epoch(epoch);
+      const auto b1 = one_pass(one), a = one_pass(r0), b = one_pass(r1);
+      const std::vector<int64_t> order = one.order(epoch);
+      // Batch i of the ranks together is batch i of one process at twice the batch (full batches).
+      for (size_t i = 0; i < a.size() && (i + 1) * 8 <= order.size(); ++i) {
+        std::vector<int64_t> both = a[i];
+        both.insert(both.end(), b[i].begin(), b[i].end());
+        std::sort(both.begin(), both.end());
+        std::vector<int64_t> single = b1[i];
+        std::sort(single.begin(), single.end());
+        EXPECT_EQ(both, single) << "epoch " << epoch << " batch " << i;
+      }
+      // Disjoint within the dataset: the only repeats are the padding of a ceil-sized shard.
+      std::vector<int64_t> all;
+      for (const auto& v : a) all.insert(all.end(), v.begin(), v.end());
+      for (const auto& v : b) all.insert(all.end(), v.begin(), v.end());
+      std::set<int64_t> distinct(all.begin(), all.end());
+      EXPECT_EQ(static_cast<int64_t>(all.size() - distinct.size()), drop_last ? 0 : 1) << "one padded sample";
+      // drop_last: 12 full batches of 4 per rank (the shard's last 3 samples make no full batch).
+      EXPECT_EQ(static_cast<int64_t>(distinct.size()), drop_last ? 2 * 12 * 4 : 103);
+    }
+  }
+  // One replica is the plain loader.
+  DataLoader plain(ds, {.batch_size = 8, .seed = 5, .prefetch = 0});
+  DataLoader single(ds, {.batch_size = 8, .seed = 5, .prefetch = 0, .num_replicas = 1, .rank = 0});
+  EXPECT_EQ(plain.order(2), single.order(2));
+  EXPECT_THROW(DataLoader(ds, {.num_replicas = 2, .rank = 2}), mt::Error);
+  EXPECT_THROW(DataLoader(ds, {.num_replicas = 0}), mt::Error);
+}

@@ -21,36 +21,9 @@
 #include "mixtrain/error.h"
 #include "mixtrain/tensor.h"
 #include "kernels/cpu/host_ptr.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace mixtrain::kernels {
-
-// Calls f.template operator()<T>() with T the C++ type of `dtype` (floating dtypes only).
-template <typename F>
-decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case kFloat32: return f.template operator()<float>();
-    case kFloat64: return f.template operator()<double>();
-    case kFloat16: return f.template operator()<float16>();
-    case kBFloat16: return f.template operator()<bfloat16>();
-    default: MT_FAIL(op, ": expected a floating-point tensor (float32, float64, float16, bfloat16), got ", dtype);
-  }
-}
-
-// Same for every dtype.
-template <typename F>
-decltype(auto) dispatch_all(DType dtype, F&& f) {
-  switch (dtype) {
-    case kFloat32: return f.template operator()<float>();
-    case kFloat64: return f.template operator()<double>();
-    case kFloat16: return f.template operator()<float16>();
-    case kBFloat16: return f.template operator()<bfloat16>();
-    case kInt32: return f.template operator()<int32_t>();
-    case kInt64: return f.template operator()<int64_t>();
-    case kUInt8: return f.template operator()<uint8_t>();
-    case kBool: return f.template operator()<bool>();
-  }
-  MT_INTERNAL_ASSERT(false, "unknown dtype");
-}
 
 // Value conversion between any two element types, through fp32/fp64 for the 16-bit ones.
 template <typename To, typename From>

@@ -17,6 +17,7 @@
 
 #include "core/cuda/cuda_backend.h"
 #include "kernels/dispatch.h"
+#include "kernels/dtype_dispatch.h"
 #include "mixtrain/memory.h"
 #include "mixtrain/tensor.h"
 
@@ -92,35 +93,6 @@ dev_t<T> scalar_as(double value) {
   static_assert(sizeof(v) == sizeof(host));
   std::memcpy(static_cast<void*>(&v), &host, sizeof(host));
   return v;
-}
-
-// Calls f.template operator()<T>() with T the host element type of `dtype`.
-template <typename F>
-decltype(auto) dispatch_all(DType dtype, F&& f) {
-  switch (dtype) {
-    case kFloat32: return f.template operator()<float>();
-    case kFloat64: return f.template operator()<double>();
-    case kFloat16: return f.template operator()<float16>();
-    case kBFloat16: return f.template operator()<bfloat16>();
-    case kInt32: return f.template operator()<int32_t>();
-    case kInt64: return f.template operator()<int64_t>();
-    case kUInt8: return f.template operator()<uint8_t>();
-    case kBool: return f.template operator()<bool>();
-  }
-  MT_INTERNAL_ASSERT(false, "unknown dtype");
-}
-
-// Calls f.template operator()<T>() with T the host element type of a floating `dtype`; any other
-// dtype is an error naming `op`.
-template <typename F>
-decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case kFloat32: return f.template operator()<float>();
-    case kFloat64: return f.template operator()<double>();
-    case kFloat16: return f.template operator()<float16>();
-    case kBFloat16: return f.template operator()<bfloat16>();
-    default: MT_FAIL(op, ": expected a floating-point tensor (float32, float64, float16, bfloat16), got ", dtype);
-  }
 }
 
 // -inf in a compute type (the identity of a max).
