@@ -149,34 +149,10 @@ class CudaBackend final : public Backend {
   void empty_cache(Device device) override { per_device(device).allocator.empty_cache(); }
 
   void copy_to_host(void* host_dst, const void* src, size_t nbytes, Device device) override {
-    if (nbytes == 0) return;
-    PerDevice& d = per_device(device);
-    DeviceGuard guard(device);
-    std::lock_guard lock(d.staging_mu);
-    char* buf = static_cast<char*>(staging_buffer(d, nbytes));
-    for (size_t done = 0; done < nbytes;) {
-      const size_t n = std::min(d.staging_bytes, nbytes - done);
-      check(cudaMemcpyAsync(buf, static_cast<const char*>(src) + done, n, cudaMemcpyDeviceToHost, d.stream),
-            "copy to host");
-      check(cudaStreamSynchronize(d.stream), "copy to host");
-      std::memcpy(static_cast<char*>(host_dst) + done, buf, n);
-      done += n;
-    }
+    staged_copy(host_dst, src, nbytes, device, cudaMemcpyDeviceToHost);
   }
   void copy_from_host(void* dst, const void* host_src, size_t nbytes, Device device) override {
-    if (nbytes == 0) return;
-    PerDevice& d = per_device(device);
-    DeviceGuard guard(device);
-    std::lock_guard lock(d.staging_mu);
-    char* buf = static_cast<char*>(staging_buffer(d, nbytes));
-    for (size_t done = 0; done < nbytes;) {
-      const size_t n = std::min(d.staging_bytes, nbytes - done);
-      std::memcpy(buf, static_cast<const char*>(host_src) + done, n);
-      check(cudaMemcpyAsync(static_cast<char*>(dst) + done, buf, n, cudaMemcpyHostToDevice, d.stream),
-            "copy from host");
-      check(cudaStreamSynchronize(d.stream), "copy from host");  // the buffer is reused next
-      done += n;
-    }
+    staged_copy(dst, host_src, nbytes, device, cudaMemcpyHostToDevice);
   }
   void synchronize(Device device) override {
     DeviceGuard guard(device);
@@ -184,6 +160,29 @@ class CudaBackend final : public Backend {
   }
   int device_count() const override { return driver_device_count(); }
   std::string unavailable_reason() const override { return driver_unavailable_reason(); }
+
+ private:
+  // Host <-> device through the pinned staging buffer, in pieces of its size; each piece has landed
+  // (and the buffer is free again) before the next one starts.
+  static void staged_copy(void* dst, const void* src, size_t nbytes, Device device, cudaMemcpyKind kind) {
+    if (nbytes == 0) return;
+    const bool to_host = kind == cudaMemcpyDeviceToHost;
+    const char* what = to_host ? "copy to host" : "copy from host";
+    PerDevice& d = per_device(device);
+    DeviceGuard guard(device);
+    std::lock_guard lock(d.staging_mu);
+    char* buf = static_cast<char*>(staging_buffer(d, nbytes));
+    for (size_t done = 0; done < nbytes;) {
+      const size_t n = std::min(d.staging_bytes, nbytes - done);
+      char* out = static_cast<char*>(dst) + done;
+      const char* in = static_cast<const char*>(src) + done;
+      if (!to_host) std::memcpy(buf, in, n);
+      check(cudaMemcpyAsync(to_host ? buf : out, to_host ? in : buf, n, kind, d.stream), what);
+      check(cudaStreamSynchronize(d.stream), what);
+      if (to_host) std::memcpy(out, buf, n);
+      done += n;
+    }
+  }
 };
 
 }  // namespace
