@@ -124,6 +124,21 @@ void run_backward(const TensorList& roots, const TensorList& grad_roots, bool re
 // backward computes in the dtypes the forward chose even when called inside an autocast region.
 bool in_backward();
 
+// RAII for a forward pass run from inside a backward (activation checkpointing recomputes a segment
+// there): for its scope grad mode is on and in_backward() is false, so the recomputed ops record a
+// graph and autocast acts as in a forward; both come back on exit.
+class ForwardInBackwardScope {
+ public:
+  ForwardInBackwardScope();
+  ~ForwardInBackwardScope();
+  ForwardInBackwardScope(const ForwardInBackwardScope&) = delete;
+  ForwardInBackwardScope& operator=(const ForwardInBackwardScope&) = delete;
+
+ private:
+  int depth_;
+  bool grad_mode_;
+};
+
 // Returns d(outputs)/d(inputs) . grad_outputs without touching .grad (like torch.autograd.grad).
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false);

@@ -163,6 +163,39 @@ Autocast::~Autocast() {
   if (nesting == 0) clear_autocast_cache();
 }
 
+struct AutocastSnapshot::State {
+  AutocastState state;
+};
+
+AutocastSnapshot::AutocastSnapshot() : state_(std::make_shared<const State>(State{state()})) {}
+
+bool AutocastSnapshot::enabled() const { return state_->state.enabled; }
+
+struct RestoredAutocast::Saved {
+  AutocastState previous;
+};
+
+RestoredAutocast::RestoredAutocast(const AutocastSnapshot& snapshot) {
+  AutocastState& s = state();
+  saved_ = std::make_unique<Saved>(Saved{s});
+  const int nesting = s.nesting + 1;
+  auto* explain = s.explain;
+  s = snapshot.state_->state;
+  s.nesting = nesting;  // a region of its own: its casts are cached until it ends
+  s.suspended = 0;
+  s.explain = explain;  // explain mode belongs to its guard
+}
+
+RestoredAutocast::~RestoredAutocast() {
+  AutocastState& s = state();
+  const int nesting = s.nesting - 1;
+  auto* explain = s.explain;
+  s = std::move(saved_->previous);
+  s.nesting = nesting;
+  s.explain = explain;
+  if (nesting == 0) clear_autocast_cache();
+}
+
 bool is_autocast_enabled() { return state().enabled; }
 DType get_autocast_dtype(DeviceType device_type) {
   const AutocastState& s = state();

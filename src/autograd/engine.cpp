@@ -33,6 +33,16 @@ namespace autograd {
 
 bool in_backward() { return backward_depth > 0; }
 
+ForwardInBackwardScope::ForwardInBackwardScope() : depth_(backward_depth), grad_mode_(grad_mode_enabled) {
+  backward_depth = 0;
+  grad_mode_enabled = true;
+}
+
+ForwardInBackwardScope::~ForwardInBackwardScope() {
+  backward_depth = depth_;
+  grad_mode_enabled = grad_mode_;
+}
+
 SavedTensor::SavedTensor(const Tensor& t) {
   if (!t.defined()) return;
   // Saved detached: a node saving its own output must not own itself through grad_fn (a cycle).

@@ -100,6 +100,12 @@ Tensor GPT::forward(const Tensor& tokens) {
   return head_->forward(ln_f_->forward(x));  // [B, T, V]
 }
 
+void GPT::set_checkpoint_activations(bool enabled) {
+  blocks_->set_checkpoint_segments(enabled ? static_cast<int64_t>(blocks_->size()) : 0);
+}
+
+bool GPT::checkpoint_activations() const { return blocks_->checkpoint_segments() > 0; }
+
 std::string GPT::extra_repr() const {
   return concat("vocab_size=", config_.vocab_size, ", context=", config_.context, ", embed_dim=", config_.embed_dim,
                 ", num_layers=", config_.num_layers, ", num_heads=", config_.num_heads);

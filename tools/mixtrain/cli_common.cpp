@@ -106,6 +106,10 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                  "With --precision bf16 --master-weights bf16: keep each fp32 master as the bf16 weight plus its "
                  "lower 16 bits and AdamW's first moment in bf16: 12 bytes of model state per parameter instead of "
                  "16");
+    app.add_flag("--checkpoint-activations", a.checkpoint_activations,
+                 "Activation checkpointing: keep only each transformer block's input (gpt models) or each of about "
+                 "sqrt(n) layer segments' input (other models) and recompute the rest during backward; less memory "
+                 "for one more forward pass, gradients bit-identical");
   }
   if (has(Flags::kCommon)) {
     app.add_option("--scaler", a.scaler, "GradScaler: auto (on for fp16 only), on, off")

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/memory.h"
+#include "mixtrain/nn/checkpoint.h"
 
 namespace mixtrain::cli {
 
@@ -54,6 +55,7 @@ int run_bench(const BenchArgs& b) {
   LoadedData data = load_data(spec, info, a.seed);
 
   std::shared_ptr<nn::Module> model = b.embed > 0 ? cli::make_gpt(gpt_config, a.seed) : cli::make_model(a.model, a.seed);
+  if (a.checkpoint_activations) nn::set_activation_checkpointing(*model, true);
   model->to(device);
   train::TrainerOptions o = trainer_options(a, precision, train::parse_param_dtype(a.master_weights));
   if (dist::launched_by_mpi()) o.process_group = &dist::world();  // data parallel: samples_per_sec of the job
@@ -102,6 +104,7 @@ int run_bench(const BenchArgs& b) {
                               {"gflops", s.gflops.value_or(0.0)},
                               {"peak_bytes", s.peak_bytes},
                               {"compact_state", s.compact_state},
+                              {"checkpoint_activations", a.checkpoint_activations},
                               {"model_state_bytes", s.model_state_bytes},
                               {"model_state_bytes_per_param", s.model_state_bytes_per_param},
                               {"allocations_per_step", allocations_per_step},
@@ -114,6 +117,7 @@ int run_bench(const BenchArgs& b) {
               static_cast<long long>(a.batch_size), static_cast<long long>(a.steps), static_cast<long long>(b.warmup),
               threads);
   std::printf("  cpu          %s\n", cpu::describe().c_str());
+  if (a.checkpoint_activations) std::printf("  activations  checkpointed (recomputed during backward)\n");
   std::printf("  step time    %.3f ms (median)\n", s.step_ms_median);
   std::printf("  throughput   %.0f samples/s\n", s.samples_per_sec);
   std::printf("  compute      %.1f GFLOP/s (%lld training FLOPs per sample)\n", s.gflops.value_or(0.0),

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "mixtrain/dist/process_group.h"
+#include "mixtrain/nn/checkpoint.h"
 #include "progress.h"
 
 namespace mixtrain::cli {
@@ -29,6 +30,7 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
                                  const LoadedData& data, const std::string& out_dir, const std::string& label,
                                  std::vector<double>* losses) {
   auto model = cli::make_model(args.model, args.seed);
+  if (args.checkpoint_activations) nn::set_activation_checkpointing(*model, true);
   model->to(parse_device(args.device));  // the Trainer moves each batch to the model's device
   train::TrainerOptions o = trainer_options(args, precision, param_dtype);
   if (dist::launched_by_mpi()) o.process_group = &dist::world();

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -50,6 +51,35 @@ class Autocast {
   void enter(const AutocastOptions& options);
   struct Saved;
   Saved* saved_;
+};
+
+// This thread's autocast state (region on or off, device type, dtype, cache setting, overrides),
+// kept to run code later as it would have run here: activation checkpointing (nn/checkpoint.h)
+// recomputes a forward pass during backward under the state of the original forward.
+class AutocastSnapshot {
+ public:
+  AutocastSnapshot();  // the current state
+  bool enabled() const;
+
+ private:
+  friend class RestoredAutocast;
+  struct State;
+  std::shared_ptr<const State> state_;
+};
+
+// RAII: this thread's autocast state becomes `snapshot` for the scope (replacing, not nesting into,
+// the enclosing region's settings); the enclosing state comes back on exit. Casts cached inside
+// the scope are dropped on exit when no region encloses it.
+class RestoredAutocast {
+ public:
+  explicit RestoredAutocast(const AutocastSnapshot& snapshot);
+  ~RestoredAutocast();
+  RestoredAutocast(const RestoredAutocast&) = delete;
+  RestoredAutocast& operator=(const RestoredAutocast&) = delete;
+
+ private:
+  struct Saved;
+  std::unique_ptr<Saved> saved_;
 };
 
 // Current state of this thread.

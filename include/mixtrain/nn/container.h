@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -34,6 +35,12 @@ std::shared_ptr<Module> to_module_ptr(T&& m) {
 // Runs its children in order, each on the previous one's output. Children are named "0", "1", ...
 // (PyTorch's nn.Sequential), so state_dict keys are "0.weight", "3.bias", ...
 //
+// With checkpoint segments (set_checkpoint_segments(s), s >= 1) the children are split into s
+// consecutive segments of n / s children (the first n % s segments one more) and, while grad mode
+// is on, every segment but the last runs under nn::checkpoint (nn/checkpoint.h): its activations
+// are recomputed during backward instead of kept. The last segment runs plainly, since its
+// backward comes first and would recompute at once (PyTorch's checkpoint_sequential does the same).
+//
 //   mt::nn::Sequential model(mt::nn::Flatten(), mt::nn::Linear(784, 10));
 //   model.push_back(mt::nn::ReLU());
 //   auto first = model.at<mt::nn::Flatten>(0);
@@ -57,6 +64,9 @@ class Sequential : public Module {
 
   size_t size() const { return named_children().size(); }
   bool empty() const { return size() == 0; }
+  // 0 (the default): no checkpointing; s > size() is treated as size() (one child per segment).
+  void set_checkpoint_segments(int64_t segments);
+  int64_t checkpoint_segments() const { return checkpoint_segments_; }
   // The i-th child; throws mt::Error when out of range.
   std::shared_ptr<Module> operator[](size_t i) const;
   // The i-th child as M; throws mt::Error when out of range or of another type.
@@ -70,6 +80,8 @@ class Sequential : public Module {
  private:
   void append(std::shared_ptr<Module> module);
   [[noreturn]] void throw_wrong_type(size_t i) const;
+
+  int64_t checkpoint_segments_ = 0;
 };
 
 }  // namespace mixtrain::nn

@@ -34,6 +34,10 @@ class GPT : public Module {
   std::string extra_repr() const override;
 
   const GPTConfig& config() const { return config_; }
+  // Activation checkpointing per transformer block (nn/checkpoint.h): each block but the last keeps
+  // only its input for backward and recomputes its activations there. Gradients are bit-identical.
+  void set_checkpoint_activations(bool enabled);
+  bool checkpoint_activations() const;
 
  private:
   GPTConfig config_;

@@ -4,6 +4,7 @@
 #include "mixtrain/nn/activation.h"
 #include "mixtrain/nn/attention.h"
 #include "mixtrain/nn/batch_norm.h"
+#include "mixtrain/nn/checkpoint.h"
 #include "mixtrain/nn/container.h"
 #include "mixtrain/nn/conv.h"
 #include "mixtrain/nn/dropout.h"
