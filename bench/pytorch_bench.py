@@ -5,9 +5,15 @@ synthetic data and prints one JSON object with the keys `mixtrain bench --json` 
   python3 bench/pytorch_bench.py --model gpt --precision bf16 --batch-size 16 --threads 2
 
 Precisions: fp32; bf16 = torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss
-(PyTorch's CPU autocast); fp16 = autocast fp16 with torch.cuda.amp-style loss scaling is not
-available on the CPU in torch 1.13, so fp16 is refused. The step is the same as mixtrain's:
-zero_grad(set_to_none), forward, cross-entropy, backward, AdamW(lr 1e-3, weight decay 0.01).
+(PyTorch's CPU autocast); fp16 = torch.autocast("cpu", dtype=torch.float16) with
+torch.amp.GradScaler("cpu") (PyTorch 2.4 and later; refused on older versions, which have no fp16
+CPU autocast). The step is the same as mixtrain's: zero_grad(set_to_none), forward, cross-entropy,
+backward, (unscale and inf check,) AdamW(lr 1e-3, weight decay 0.01). --compile runs the model
+through torch.compile (inductor; its compilation happens in the warm-up steps).
+
+Data path: like `mixtrain bench`, every step trains on a new batch: a synthetic dataset of
+(warmup + steps) x batch examples is made up front and each step gathers its batch from it by a
+seeded random permutation (mixtrain's DataLoader gathers shuffled examples the same way).
 Models come from pytorch_models.py (the same architectures and parameter names as mixtrain's).
 peak_bytes is the process's peak resident set growth over the timed steps (ru_maxrss), which
 includes PyTorch's allocator caching; it is not comparable byte for byte with mixtrain's tracked
@@ -29,28 +35,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_models  # noqa: E402
 
 
-def batch_for(model_name, batch_size, gen):
-    """Synthetic inputs and labels shaped like the model's real data."""
+def dataset_for(model_name, size, gen):
+    """Synthetic inputs and labels shaped like the model's real data, `size` examples."""
     if model_name == "gpt":
-        tokens = torch.randint(0, pytorch_models.GPT_VOCAB, (batch_size, pytorch_models.GPT_CONTEXT + 1),
-                               generator=gen)
+        tokens = torch.randint(0, pytorch_models.GPT_VOCAB, (size, pytorch_models.GPT_CONTEXT + 1), generator=gen)
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    x = torch.randn(batch_size, 1, 28, 28, generator=gen)
-    y = torch.randint(0, 10, (batch_size,), generator=gen)
+    x = torch.randn(size, 1, 28, 28, generator=gen)
+    y = torch.randint(0, 10, (size,), generator=gen)
     return x, y
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=pytorch_models.MODEL_NAMES, default="mlp")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--embed", type=int, default=None, help="gpt only: embedding width C")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
     args = p.parse_args()
+    if args.precision == "fp16" and not hasattr(torch.amp, "GradScaler"):
+        sys.exit(f"pytorch_bench: torch {torch.__version__} has no CPU fp16 autocast with GradScaler (needs 2.4+)")
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -61,26 +69,37 @@ def main():
     model = pytorch_models.build_model(args.model, **kwargs)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    forward = torch.compile(model) if args.compile else model
     gen = torch.Generator().manual_seed(args.seed)
-    x, y = batch_for(args.model, args.batch_size, gen)
-    use_autocast = args.precision == "bf16"
+    total = args.batch_size * (args.warmup + args.steps)
+    data_x, data_y = dataset_for(args.model, total, gen)
+    order = torch.randperm(total, generator=gen)
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = torch.amp.GradScaler("cpu") if args.precision == "fp16" else None
 
-    def step():
+    def step(i):
+        idx = order[i * args.batch_size:(i + 1) * args.batch_size]
+        x, y = data_x[idx], data_y[idx]  # a new batch every step, gathered as a DataLoader would
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_autocast):
-            out = model(x)
+        with torch.autocast("cpu", dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+            out = forward(x)
             loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        return loss
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        return loss.detach()
 
-    for _ in range(args.warmup):
-        step()
+    for i in range(args.warmup):
+        step(i)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     times = []
-    for _ in range(args.steps):
+    for i in range(args.warmup, args.warmup + args.steps):
         t0 = time.perf_counter()
-        loss = step()
+        loss = step(i)
         float(loss)  # the step is done when its loss is known
         times.append((time.perf_counter() - t0) * 1e3)
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -90,6 +109,8 @@ def main():
         "torch_version": torch.__version__,
         "model": args.model,
         "precision": args.precision,
+        "compiled": args.compile,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "n/a",
         "batch_size": args.batch_size,
         "threads": torch.get_num_threads(),
         "steps": args.steps,

@@ -12,18 +12,25 @@ Method (the machine is shared and noisy, so only medians and same-run ratios are
 - The GEMM peak is mixtrain_bench_gemm's median GFLOP/s at n = 1024 for fp32, bf16 (default path)
   and fp16, measured in this run.
 - Workloads (the performance issue's): mlp, mlp-wide, cnn at batch 256, gpt at batch 16; AdamW;
-  fp32, bf16 autocast, fp16 autocast with GradScaler (mixtrain only: PyTorch 1.13 has no fp16 CPU
-  autocast), and fp16-params: fp16 autocast with fp16 parameters and fp32 masters in the optimizer
+  fp32, bf16 autocast, fp16 autocast with GradScaler (in PyTorch from 2.4 on: torch.amp.GradScaler
+  ("cpu")), and fp16-params: fp16 autocast with fp16 parameters and fp32 masters in the optimizer
   (`--master-weights fp16`, mixtrain only). Each repetition runs every workload once in mixtrain
-  and once in PyTorch, alternating, so a burst of load from elsewhere hits both. A cell's step time
-  is the median over repetitions of each run's median step.
+  and once in PyTorch (and with --pytorch-compile once more through torch.compile), alternating,
+  so a burst of load from elsewhere hits both. A cell's step time is the median over repetitions
+  of each run's median step. Both sides stream a new batch every step from a synthetic dataset.
+- --isa avx2 caps both sides to AVX2: MIXTRAIN_MAX_ISA=avx2 for mixtrain, ATEN_CPU_CAPABILITY=avx2
+  and ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA=AVX2 for PyTorch. --isa native caps neither.
 - Timed steps per run depend on the workload (mlp 300, mlp-wide 100, cnn and gpt 20) so that every
   run times about a second or more of mixtrain steps; a median over 20 steps of a 3 ms step moves
   by 10-40% with the load of the moment. --steps N times N steps everywhere.
 - PyTorch gets its best thread count: a probe runs each PyTorch workload with 1 and with all cores
-  and keeps the faster. Its BLAS is whatever libblas.so.3 points at; with Debian's reference BLAS
-  fp32 PyTorch is 5-10x slower than with OpenBLAS, so this script refuses to run PyTorch without
-  OpenBLAS (`apt-get install libopenblas0-openmp`) unless --allow-reference-blas.
+  and keeps the faster. Current PyTorch (pip wheels) brings its own GEMMs (oneDNN, MKL); install it
+  in a virtual environment outside the repository and pass its interpreter with --python. Debian's
+  PyTorch 1.13 uses whatever libblas.so.3 points at; with Debian's reference BLAS its fp32 is 5-10x
+  slower than with OpenBLAS, so for PyTorch 1.x this script refuses to run without OpenBLAS
+  (`apt-get install libopenblas0-openmp`) unless --allow-reference-blas.
+- GFLOP/s of both sides count the same model FLOPs (mixtrain's ModelInfo, causal attention as
+  computed); "% of GEMM peak" divides them by the GEMM peak of this run.
 - Memory: mixtrain's peak tracked tensor bytes (`peak_bytes`: weights, gradients, optimizer state,
   activations, temporaries) and, for both frameworks, the process's maximum resident set size
   (from wait4), which also counts code, allocator caches and the interpreter.
@@ -48,7 +55,11 @@ PRECISION_FLAGS = {"fp32": ("--precision", "fp32"), "bf16": ("--precision", "bf1
                    "fp16-params": ("--precision", "fp16", "--master-weights", "fp16")}
 # Timed steps per run when --steps is not given: about a second or more of mixtrain steps each.
 WORKLOAD_STEPS = {"mlp": 300, "mlp-wide": 100, "cnn": 20, "gpt": 20}
-PYTORCH_PRECISIONS = ("fp32", "bf16")
+PYTORCH_PRECISIONS = ("fp32", "bf16", "fp16")
+# Environment that caps each side to an ISA class (--isa).
+ISA_ENV = {"native": ({}, {}),
+           "avx2": ({"MIXTRAIN_MAX_ISA": "avx2"},
+                    {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"})}
 
 
 def run(cmd, env=None):
@@ -98,10 +109,10 @@ def blas_target():
         return "unknown"
 
 
-def gemm_peak(bench_gemm, threads, reps):
+def gemm_peak(bench_gemm, threads, reps, base_env):
     """Median GFLOP/s of mixtrain_bench_gemm at n = 1024 per dtype (default paths)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        env = dict(base_env, OMP_NUM_THREADS=str(threads))
         run([bench_gemm, "--benchmark_filter=BM_Gemm/(fp32|bf16|fp16)/1024/", f"--benchmark_repetitions={reps}",
              "--benchmark_report_aggregates_only=true", "--benchmark_enable_random_interleaving=true",
              f"--benchmark_out={tmp.name}", "--benchmark_out_format=json"], env=env)
@@ -114,6 +125,24 @@ def gemm_peak(bench_gemm, threads, reps):
     return peak
 
 
+TORCH_GEMM = """
+import statistics, sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+for _ in range(3): a @ b
+t = []
+for _ in range(int(sys.argv[2])):
+    t0 = time.perf_counter(); a @ b; t.append(time.perf_counter() - t0)
+print(2 * 1024**3 / statistics.median(t) / 1e9)
+"""
+
+
+def torch_gemm_peak(args):
+    """PyTorch's fp32 torch.mm GFLOP/s at n = 1024 (median of 20), under the same ISA cap."""
+    out = run([args.python, "-c", TORCH_GEMM, str(args.threads), "20"], env=pytorch_env(args, args.threads))
+    return float(out.strip().splitlines()[-1])
+
+
 def mixtrain_cmd(args, model, batch, precision, steps, extra=()):
     return [args.mixtrain, "bench", "--model", model, "--batch-size", str(batch), *PRECISION_FLAGS[precision],
             "--threads", str(args.threads), "--steps", str(steps), "--warmup", str(args.warmup), "--json", *extra]
@@ -123,20 +152,30 @@ def steps_for(args, model):
     return args.steps if args.steps is not None else WORKLOAD_STEPS[model]
 
 
-def pytorch_cmd(args, model, batch, precision, threads, steps):
+def pytorch_steps_for(args, model, precision):
+    n = steps_for(args, model)
+    return min(n, args.pytorch_16bit_steps) if precision != "fp32" and args.pytorch_16bit_steps else n
+
+
+def pytorch_cmd(args, model, batch, precision, threads, steps, compiled=False):
     return [args.python, os.path.join(HERE, "pytorch_bench.py"), "--model", model, "--batch-size", str(batch),
             "--precision", precision, "--threads", str(threads), "--steps", str(steps), "--warmup",
-            str(args.warmup)]
+            str(args.warmup + (5 if compiled else 0))] + (["--compile"] if compiled else [])
 
 
-def pytorch_env(threads):
-    return dict(os.environ, OMP_NUM_THREADS=str(threads))
+def mixtrain_env(args):
+    return dict(os.environ, **ISA_ENV[args.isa][0])
+
+
+def pytorch_env(args, threads):
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), **ISA_ENV[args.isa][1])
 
 
 def run_workloads(args, peak):
     models = args.models.split(",")
     cells = [(m, b, p) for (m, b) in WORKLOADS if m in models for p in args.precisions.split(",")]
-    results = {c: {"mixtrain": [], "pytorch": [], "mixtrain_rss": [], "pytorch_rss": []} for c in cells}
+    results = {c: {"mixtrain": [], "pytorch": [], "mixtrain_rss": [], "pytorch_rss": [], "compiled": []}
+               for c in cells}
     best_threads = {}
     if args.pytorch:
         for (m, b, p) in cells:
@@ -144,7 +183,8 @@ def run_workloads(args, peak):
                 continue
             probe = {}
             for t in sorted({1, args.threads}):
-                out, _ = run_measured(pytorch_cmd(args, m, b, p, t, max(3, steps_for(args, m) // 2)), pytorch_env(t))
+                out, _ = run_measured(pytorch_cmd(args, m, b, p, t, max(2, pytorch_steps_for(args, m, p) // 2)),
+                                      pytorch_env(args, t))
                 probe[t] = last_json(out)["step_ms_median"]
             best_threads[(m, b, p)] = min(probe, key=probe.get)
             print(f"# PyTorch thread probe {m} {p}: " + ", ".join(f"{t} threads {ms:.1f} ms" for t, ms in probe.items()),
@@ -152,15 +192,24 @@ def run_workloads(args, peak):
     for rep in range(args.reps):
         for c in cells:
             m, b, p = c
-            out, rss = run_measured(mixtrain_cmd(args, m, b, p, steps_for(args, m)))
+            out, rss = run_measured(mixtrain_cmd(args, m, b, p, steps_for(args, m)), mixtrain_env(args))
             j = last_json(out)
             results[c]["mixtrain"].append(j)
             results[c]["mixtrain_rss"].append(rss)
             if args.pytorch and p in PYTORCH_PRECISIONS:
                 t = best_threads[c]
-                out, rss = run_measured(pytorch_cmd(args, m, b, p, t, steps_for(args, m)), pytorch_env(t))
+                out, rss = run_measured(pytorch_cmd(args, m, b, p, t, pytorch_steps_for(args, m, p)),
+                                        pytorch_env(args, t))
                 results[c]["pytorch"].append(last_json(out))
                 results[c]["pytorch_rss"].append(rss)
+                if args.pytorch_compile:
+                    try:
+                        out, _ = run_measured(pytorch_cmd(args, m, b, p, t, pytorch_steps_for(args, m, p),
+                                                          compiled=True),
+                                              pytorch_env(args, t))
+                        results[c]["compiled"].append(last_json(out))
+                    except RuntimeError as e:  # a model inductor cannot compile: say so, keep going
+                        print(f"# torch.compile failed for {m} {p}: {str(e)[-300:]}", file=sys.stderr)
             print(f"# rep {rep + 1}/{args.reps} {m} {p}: mixtrain {j['step_ms_median']:.2f} ms"
                   + (f", PyTorch {results[c]['pytorch'][-1]['step_ms_median']:.2f} ms"
                      if results[c]["pytorch"] else ""), file=sys.stderr)
@@ -187,6 +236,13 @@ def run_workloads(args, peak):
             row["pytorch_rss"] = statistics.median(r["pytorch_rss"])
             row["pytorch_runs_ms"] = [x["step_ms_median"] for x in r["pytorch"]]
             row["speedup_vs_pytorch"] = row["pytorch_ms"] / mt_ms
+            flops = r["mixtrain"][0]["gflops"] * r["mixtrain"][0]["step_ms_median"]  # GFLOP per step x 1e3
+            row["pytorch_gflops"] = flops / row["pytorch_ms"]
+            row["pytorch_pct_gemm_peak"] = 100.0 * row["pytorch_gflops"] / gemm if gemm else None
+        if r["compiled"]:
+            row["compiled_ms"] = statistics.median(x["step_ms_median"] for x in r["compiled"])
+            row["compiled_runs_ms"] = [x["step_ms_median"] for x in r["compiled"]]
+            row["speedup_vs_compiled"] = row["compiled_ms"] / mt_ms
         rows.append(row)
     # Ratios to mixtrain's own fp32 of the same workload.
     fp32 = {(r["model"], r["batch"]): r for r in rows if r["precision"] == "fp32"}
@@ -203,17 +259,25 @@ def mib(x):
 
 
 def workload_table(rows):
-    head = ("| model | batch | precision | mixtrain step | speed vs fp32 | PyTorch step (threads) | mixtrain speedup "
-            "vs PyTorch | GFLOP/s | % of GEMM peak | peak tracked MiB | memory vs fp32 | max RSS MiB mixtrain / "
-            "PyTorch |")
-    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    head = ("| model | batch | precision | mixtrain step | step vs fp32 | PyTorch eager (threads) | mixtrain speedup "
+            "vs eager | torch.compile | speedup vs compile | GFLOP/s mixtrain / eager | % of GEMM peak mixtrain / "
+            "eager | peak tracked MiB | memory vs fp32 | max RSS MiB mixtrain / PyTorch |")
+    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def pct(x):
+        return f"{x:.0f}%" if x else "n/a"
+
     for r in rows:
         pt = f"{r['pytorch_ms']:.1f} ms ({r['pytorch_threads']})" if "pytorch_ms" in r else "n/a"
         sp = f"{r['speedup_vs_pytorch']:.2f}x" if "speedup_vs_pytorch" in r else "n/a"
-        pct = f"{r['pct_gemm_peak']:.0f}%" if r.get("pct_gemm_peak") else "n/a"
+        cm = f"{r['compiled_ms']:.1f} ms" if "compiled_ms" in r else "n/a"
+        sc = f"{r['speedup_vs_compiled']:.2f}x" if "speedup_vs_compiled" in r else "n/a"
+        gf = f"{r['gflops']:.0f}" + (f" / {r['pytorch_gflops']:.0f}" if "pytorch_gflops" in r else "")
+        pc = pct(r.get("pct_gemm_peak")) + (f" / {pct(r.get('pytorch_pct_gemm_peak'))}" if "pytorch_gflops" in r else "")
         rss = mib(r["mixtrain_rss"]) + (" / " + mib(r["pytorch_rss"]) if "pytorch_rss" in r else "")
+        step_ratio = 1.0 / r.get("speed_vs_fp32", 1.0)
         lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['mixtrain_ms']:.2f} ms | "
-                     f"{r.get('speed_vs_fp32', 1.0):.2f}x | {pt} | {sp} | {r['gflops']:.0f} | {pct} | "
+                     f"{step_ratio:.2f}x | {pt} | {sp} | {cm} | {sc} | {gf} | {pc} | "
                      f"{mib(r['peak_bytes'])} | {r.get('memory_vs_fp32', 1.0):.2f}x | {rss} |")
     return "\n".join(lines)
 
@@ -305,6 +369,12 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--gemm-reps", type=int, default=5)
     p.add_argument("--no-pytorch", dest="pytorch", action="store_false")
+    p.add_argument("--pytorch-16bit-steps", type=int, default=None,
+                   help="at most this many timed PyTorch steps in bf16/fp16 (on CPUs without 16-bit units they "
+                        "take seconds each)")
+    p.add_argument("--pytorch-compile", action="store_true", help="also time PyTorch with torch.compile (inductor)")
+    p.add_argument("--isa", choices=sorted(ISA_ENV), default="native",
+                   help="cap both sides to an ISA class (avx2: MIXTRAIN_MAX_ISA and PyTorch's ATen/oneDNN caps)")
     p.add_argument("--allow-reference-blas", action="store_true")
     p.add_argument("--skip-workloads", action="store_true")
     p.add_argument("--scaling", action="store_true", help="also run the GPT-mini width x batch sweep")
@@ -321,13 +391,15 @@ def main():
         if subprocess.run([args.python, "-c", "import torch"], capture_output=True).returncode != 0:
             sys.exit(f"run_benchmarks: {args.python} cannot import torch (apt-get install python3-torch), "
                      "or pass --no-pytorch")
-        if "openblas" not in blas and not args.allow_reference_blas:
+        major = subprocess.run([args.python, "-c", "import torch; print(torch.__version__.split('.')[0])"],
+                               capture_output=True, text=True).stdout.strip()
+        if major == "1" and "openblas" not in blas and not args.allow_reference_blas:
             sys.exit(f"run_benchmarks: libblas.so.3 is {blas}, not OpenBLAS; PyTorch's fp32 would be 5-10x "
                      "slower than it can be. apt-get install libopenblas0-openmp, or pass --allow-reference-blas")
 
     # mixtrain's instruction-set cap (mixtrain/cpu.h) is inherited by every run; PyTorch's is its own.
-    env = {"cpu": cpu_model(), "threads": args.threads, "blas": blas,
-           "mixtrain_max_isa": os.environ.get("MIXTRAIN_MAX_ISA", "native")}
+    env = {"cpu": cpu_model(), "threads": args.threads, "blas": blas, "isa_cap": args.isa,
+           "mixtrain_max_isa": ISA_ENV[args.isa][0].get("MIXTRAIN_MAX_ISA", os.environ.get("MIXTRAIN_MAX_ISA", "native"))}
     if args.pytorch and not args.skip_workloads:
         env["torch"] = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
                                       capture_output=True, text=True).stdout.strip()
@@ -339,10 +411,13 @@ def main():
           + f"BLAS behind PyTorch: {blas}. PyTorch {env.get('torch', 'n/a')}."]
 
     if not args.skip_workloads:
-        peak = gemm_peak(args.bench_gemm, args.threads, args.gemm_reps)
+        peak = gemm_peak(args.bench_gemm, args.threads, args.gemm_reps, mixtrain_env(args))
         report["gemm_peak_gflops_n1024"] = peak
         md.append("GEMM peak (mixtrain_bench_gemm, n = 1024, median GFLOP/s): "
                   + ", ".join(f"{k} {v:.0f}" for k, v in sorted(peak.items())))
+        if args.pytorch:
+            report["torch_gemm_fp32_gflops_n1024"] = torch_gemm_peak(args)
+            md.append(f"PyTorch fp32 torch.mm at n = 1024: {report['torch_gemm_fp32_gflops_n1024']:.0f} GFLOP/s")
         rows = run_workloads(args, peak)
         report["workloads"] = rows
         steps = (str(args.steps) if args.steps is not None

@@ -127,7 +127,10 @@ TEST(ModelsTest, ParameterCountsAndFlops) {
   EXPECT_EQ(mixtrain::cli::model_flops_per_sample("mlp"), 6 * 535040);
   EXPECT_EQ(mixtrain::cli::model_flops_per_sample("mlp-wide"), 6 * 1861632);
   EXPECT_EQ(mixtrain::cli::model_flops_per_sample("cnn"), 6 * 4241152);
-  EXPECT_EQ(mixtrain::cli::model_flops_per_sample("gpt"), int64_t{6} * 128 * 3473408);
+  // gpt: per token 4 layers x (qkv 3C^2 + proj C^2 + MLP 8C^2) + head C*V, plus causal attention:
+  // 4 layers x C*T*(T+1) per sequence (query t sees t keys, for scores and att@v).
+  EXPECT_EQ(mixtrain::cli::model_flops_per_sample("gpt"),
+            int64_t{6} * (128 * (4 * (12 * 256 * 256) + 256 * 256) + 4 * 256 * 128 * 129));
   EXPECT_EQ(mixtrain::cli::model_info("gpt").sample_shape, (mt::Shape{128}));
   EXPECT_EQ(mixtrain::cli::model_info("gpt").input_dtype, mt::kInt64);
   EXPECT_EQ(mixtrain::cli::model_info("cnn").sample_shape, (mt::Shape{1, 28, 28}));

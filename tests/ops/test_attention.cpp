@@ -292,17 +292,18 @@ TEST(AttentionGemm, BandedProductsMatchTheLoop) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t k = 0; k < K; ++k)
         if ((band.k_hi != kOff && k > i + band.k_hi) || (band.k_lo != kOff && k < i + band.k_lo)) a[k * M + i] = 0;
-    for (cpu::Isa level : kernel_isa_levels()) {
-      SCOPED_TRACE(cpu::name(level));
+    for (cpu::Isa level : kernel_isa_levels())
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(std::string(cpu::name(level)) + (accumulate ? " C += A B" : " C = A B"));
       std::vector<float> c(M * N, 7.0f);
       {
         cpu::MaxIsaGuard cap(level);
-        kernels::attn::gemm(M, N, K, a.data(), 1, M, b.data(), N, c.data(), N, false, band);
+        kernels::attn::gemm(M, N, K, a.data(), 1, M, b.data(), N, c.data(), N, accumulate, band);
       }
       for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) {
           if (band.n_hi != kOff && j > i + band.n_hi) continue;  // not needed: may be left as is
-          double ref = 0;
+          double ref = accumulate ? 7.0 : 0.0;
           for (int64_t k = 0; k < K; ++k) ref += double(a[k * M + i]) * b[k * N + j];
           EXPECT_NEAR(c[i * N + j], ref, testing::kGemmFp32.atol + testing::kGemmFp32.rtol * std::abs(ref))
               << "i " << i << " j " << j << " band " << band.n_hi << "/"

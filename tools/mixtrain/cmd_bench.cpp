@@ -7,6 +7,7 @@
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/memory.h"
 #include "mixtrain/nn/checkpoint.h"
+#include "wait_policy.h"
 
 namespace mixtrain::cli {
 
@@ -97,6 +98,7 @@ int run_bench(const BenchArgs& b) {
                               {"steps", a.steps},
                               {"warmup", b.warmup},
                               {"threads", threads},
+                              {"omp_wait_policy", wait_policy()},
                               {"cpu", s.cpu},
                               {"isa", s.isa},
                               {"step_ms_median", s.step_ms_median},
@@ -117,6 +119,7 @@ int run_bench(const BenchArgs& b) {
               static_cast<long long>(a.batch_size), static_cast<long long>(a.steps), static_cast<long long>(b.warmup),
               threads);
   std::printf("  cpu          %s\n", cpu::describe().c_str());
+  std::printf("  omp waiting  %s\n", wait_policy());
   if (a.checkpoint_activations) std::printf("  activations  checkpointed (recomputed during backward)\n");
   std::printf("  step time    %.3f ms (median)\n", s.step_ms_median);
   std::printf("  throughput   %.0f samples/s\n", s.samples_per_sec);

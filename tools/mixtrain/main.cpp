@@ -11,8 +11,12 @@
 
 #include "app.h"
 #include "mixtrain/dist/process_group.h"
+#include "wait_policy.h"
 
 int main(int argc, char** argv) {
+  // Sleeping, not spinning, OpenMP threads unless the environment says otherwise (wait_policy.h):
+  // may run this program again with OMP_WAIT_POLICY=passive before anything else happens.
+  mixtrain::cli::apply_default_wait_policy(argv);
   // A file-size limit (ulimit -f) then makes write() fail with EFBIG, which the writers report,
   // instead of killing the process with SIGXFSZ halfway through a file.
   std::signal(SIGXFSZ, SIG_IGN);

@@ -87,8 +87,11 @@ ModelInfo gpt_model_info(const GPTConfig& c) {
   const int64_t C = c.embed_dim, V = c.vocab_size, T = c.context, L = c.num_layers, R = c.mlp_ratio;
   const int64_t block_params = layer_norm_params(C) + linear_params(C, 3 * C) + linear_params(C, C) +
                                layer_norm_params(C) + linear_params(C, R * C) + linear_params(R * C, C);
-  // Per token and layer: qkv C*3C, attention scores T*C and att@v T*C, proj C*C, MLP 2*C*RC.
-  const int64_t macs_per_token = L * (C * 3 * C + 2 * T * C + C * C + 2 * C * R * C) + C * V;
+  // Per sequence and layer: qkv, proj and MLP C*3C + C*C + 2*C*RC per token; causal attention
+  // computes scores and att@v only for keys at or before the query: query t (1-based) sees t keys,
+  // so the sequence costs 2 * C * T(T+1)/2 = C*T*(T+1) MACs there (mixtrain's fused kernel skips
+  // the masked tiles; counting the full T x T square would overstate GFLOP/s by ~T/(T+1)x there).
+  const int64_t macs_per_sequence = L * (T * (C * 3 * C + C * C + 2 * C * R * C) + C * T * (T + 1)) + T * C * V;
   return {.name = "gpt",
           .description = concat("GPT: byte vocabulary ", V, ", context ", T, ", C ", C, ", ", L, " pre-norm blocks, ",
                                 c.num_heads, " heads, MLP ", R, "C GELU, final LayerNorm, Linear head"),
@@ -97,7 +100,7 @@ ModelInfo gpt_model_info(const GPTConfig& c) {
           .input_dtype = kInt64,
           .num_outputs = V,
           .num_parameters = V * C + T * C + L * block_params + layer_norm_params(C) + linear_params(C, V),
-          .flops_per_sample = train_flops(T * macs_per_token)};
+          .flops_per_sample = train_flops(macs_per_sequence)};
 }
 
 namespace {

@@ -9,7 +9,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define MT_ATTN_HAVE_AVX512 1
+#define MT_ATTN_HAVE_AVX512 1  // and AVX2: both built with target attributes
 #else
 #define MT_ATTN_HAVE_AVX512 0
 #endif
@@ -147,6 +147,104 @@ void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, i
   }
 }
 
+// ---- AVX2 + FMA: the same scheme with 8-float vectors, 6 rows x 16 columns of C per tile (12
+// accumulators, 2 vectors of B and one broadcast of A: 15 of the 16 ymm registers). The same
+// FMAs in the same k order per element as the AVX-512 tile.
+
+#define MT_ATTN_TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+constexpr int kMr2 = 6;  // rows of C per AVX2 tile
+constexpr int kNv2 = 2;  // 8-float vectors of C per AVX2 tile row (16 columns)
+
+// Lane mask for the first `n` (1..8) floats of a vector (maskload/maskstore read the sign bit).
+MT_ATTN_TARGET_AVX2 inline __m256i lanes(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+template <int MR, int NV>
+MT_ATTN_TARGET_AVX2 void tile2(int64_t k0, int64_t k1, const float* A, int64_t rsa, int64_t csa, const float* B,
+                               int64_t ldb, float* C, int64_t ldc, bool accumulate, int last_n) {
+  const __m256i last = lanes(last_n);
+  __m256 c[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      if (!accumulate) {
+        c[i][v] = _mm256_setzero_ps();
+      } else if (v == NV - 1) {
+        c[i][v] = _mm256_maskload_ps(C + i * ldc + 8 * v, last);
+      } else {
+        c[i][v] = _mm256_loadu_ps(C + i * ldc + 8 * v);
+      }
+    }
+  }
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* b = B + k * ldb;
+    __m256 bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) bv[v] = v == NV - 1 ? _mm256_maskload_ps(b + 8 * v, last) : _mm256_loadu_ps(b + 8 * v);
+    const float* a = A + k * csa;
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_broadcast_ss(a + i * rsa);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) c[i][v] = _mm256_fmadd_ps(av, bv[v], c[i][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      if (v == NV - 1) {
+        _mm256_maskstore_ps(C + i * ldc + 8 * v, last, c[i][v]);
+      } else {
+        _mm256_storeu_ps(C + i * ldc + 8 * v, c[i][v]);
+      }
+    }
+  }
+}
+
+using Tile2Fn = void (*)(int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool,
+                         int);
+
+template <int MR>
+constexpr Tile2Fn tile2_for(int nv) {
+  return nv == 1 ? &tile2<MR, 1> : &tile2<MR, 2>;
+}
+
+Tile2Fn tile2_fn(int mr, int nv) {
+  switch (mr) {
+    case 1: return tile2_for<1>(nv);
+    case 2: return tile2_for<2>(nv);
+    case 3: return tile2_for<3>(nv);
+    case 4: return tile2_for<4>(nv);
+    case 5: return tile2_for<5>(nv);
+    default: return tile2_for<6>(nv);
+  }
+}
+
+void gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
+               float* C, int64_t ldc, bool accumulate, const Band& band) {
+  for (int64_t j0 = 0; j0 < N; j0 += 8 * kNv2) {
+    const int64_t nb = std::min<int64_t>(8 * kNv2, N - j0);
+    const int nv = static_cast<int>((nb + 7) / 8);
+    const int last_n = static_cast<int>(nb - 8 * (nv - 1));
+    for (int64_t i0 = 0; i0 < M; i0 += kMr2) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMr2, M - i0));
+      if (n_limit(band, N, i0 + mr) <= j0) continue;  // no needed column in this tile
+      const KRange kr = k_range(band, K, i0, i0 + mr);
+      float* c = C + i0 * ldc + j0;
+      if (kr.end <= kr.begin) {
+        if (!accumulate)
+          for (int i = 0; i < mr; ++i) std::fill(c + i * ldc, c + i * ldc + nb, 0.0f);
+        continue;
+      }
+      tile2_fn(mr, nv)(kr.begin, kr.end, A + i0 * rsa, rsa, csa, B + j0, ldb, c, ldc, accumulate, last_n);
+    }
+  }
+}
+
 #endif  // MT_ATTN_HAVE_AVX512
 
 }  // namespace
@@ -156,6 +254,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t 
 #if MT_ATTN_HAVE_AVX512
   if (cpu::isa() >= cpu::Isa::kAvx512)
     return gemm_avx512(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
+  if (cpu::isa() >= cpu::Isa::kAvx2) return gemm_avx2(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
 #endif
   gemm_generic(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
 }

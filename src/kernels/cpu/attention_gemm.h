@@ -3,9 +3,10 @@
 //
 // Accumulation: fp32 for float (FMAs in a fixed k order per element), fp64 for double. Each element
 // of C is summed over k in increasing order by one thread, so results never depend on the thread
-// count. The float version runs an AVX-512 register-blocked kernel (6 rows x 64 columns of C held
-// in registers) where cpu::isa() allows AVX-512 (mixtrain/cpu.h), a plain loop elsewhere; double
-// always runs the plain loop (it exists for gradient checks).
+// count. The float version runs a register-blocked kernel, 6 rows x 64 columns of C held in
+// registers with AVX-512 and 6 x 16 with AVX2 + FMA, at the widest level cpu::isa() allows
+// (mixtrain/cpu.h), and a plain loop on baseline x86-64; double always runs the plain loop (it
+// exists for gradient checks).
 //
 // Why not oneDNN: the blocks are 64-128 wide, the operands are strided views of per-thread scratch
 // and the causal band lets whole tiles be skipped; one call per (batch, head, block) through the
