@@ -152,15 +152,25 @@ void Autocast::enter(const AutocastOptions& o) {
   ++s.nesting;
 }
 
-Autocast::~Autocast() {
+namespace {
+
+// Leaves a region: the enclosing state comes back, one level less deep, with the explain mode of
+// its own guard; the cast cache is dropped when no region is left.
+void leave_region(AutocastState&& previous) {
   AutocastState& s = state();
   const int nesting = s.nesting - 1;
   auto* explain = s.explain;
-  s = std::move(saved_->previous);
+  s = std::move(previous);
   s.nesting = nesting;
   s.explain = explain;
-  delete saved_;
   if (nesting == 0) clear_autocast_cache();
+}
+
+}  // namespace
+
+Autocast::~Autocast() {
+  leave_region(std::move(saved_->previous));
+  delete saved_;
 }
 
 struct AutocastSnapshot::State {
@@ -186,15 +196,7 @@ RestoredAutocast::RestoredAutocast(const AutocastSnapshot& snapshot) {
   s.explain = explain;  // explain mode belongs to its guard
 }
 
-RestoredAutocast::~RestoredAutocast() {
-  AutocastState& s = state();
-  const int nesting = s.nesting - 1;
-  auto* explain = s.explain;
-  s = std::move(saved_->previous);
-  s.nesting = nesting;
-  s.explain = explain;
-  if (nesting == 0) clear_autocast_cache();
-}
+RestoredAutocast::~RestoredAutocast() { leave_region(std::move(saved_->previous)); }
 
 bool is_autocast_enabled() { return state().enabled; }
 DType get_autocast_dtype(DeviceType device_type) {

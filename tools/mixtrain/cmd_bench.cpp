@@ -119,7 +119,7 @@ int run_bench(const BenchArgs& b) {
               static_cast<long long>(a.batch_size), static_cast<long long>(a.steps), static_cast<long long>(b.warmup),
               threads);
   std::printf("  cpu          %s\n", cpu::describe().c_str());
-  std::printf("  omp waiting  %s\n", wait_policy());
+  std::printf("  omp waiting  %s\n", wait_policy().c_str());
   if (a.checkpoint_activations) std::printf("  activations  checkpointed (recomputed during backward)\n");
   std::printf("  step time    %.3f ms (median)\n", s.step_ms_median);
   std::printf("  throughput   %.0f samples/s\n", s.samples_per_sec);

@@ -125,15 +125,19 @@ TileFn tile_fn(int mr, int nv) {
   }
 }
 
-void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
-                 float* C, int64_t ldc, bool accumulate, const Band& band) {
-  for (int64_t j0 = 0; j0 < N; j0 += 16 * kNv) {
-    const int64_t nb = std::min<int64_t>(16 * kNv, N - j0);
-    const int nv = static_cast<int>((nb + 15) / 16);
-    const int rem = static_cast<int>(nb % 16);
-    const __mmask16 last = rem == 0 ? __mmask16(0xFFFF) : __mmask16((1u << rem) - 1);
-    for (int64_t i0 = 0; i0 < M; i0 += kMr) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMr, M - i0));
+// The tile loop of the vector kernels: C in tiles of up to kRows rows x kLanes * kMaxVectors
+// columns; tiles right of the causal band are skipped, tiles whose k range is empty are zeroed (or
+// left, when accumulating), the rest go to tile(mr, nv, last, k0, k1, A, B, C) with the number of
+// valid lanes (1..kLanes) in the last of the nv vectors.
+template <int kRows, int kLanes, int kMaxVectors, typename Tile>
+void for_each_tile(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, const float* B, float* C, int64_t ldc,
+                   bool accumulate, const Band& band, Tile&& tile) {
+  for (int64_t j0 = 0; j0 < N; j0 += kLanes * kMaxVectors) {
+    const int64_t nb = std::min<int64_t>(kLanes * kMaxVectors, N - j0);
+    const int nv = static_cast<int>((nb + kLanes - 1) / kLanes);
+    const int last = static_cast<int>(nb - kLanes * (nv - 1));
+    for (int64_t i0 = 0; i0 < M; i0 += kRows) {
+      const int mr = static_cast<int>(std::min<int64_t>(kRows, M - i0));
       if (n_limit(band, N, i0 + mr) <= j0) continue;  // no needed column in this tile
       const KRange kr = k_range(band, K, i0, i0 + mr);
       float* c = C + i0 * ldc + j0;
@@ -142,9 +146,19 @@ void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, i
           for (int i = 0; i < mr; ++i) std::fill(c + i * ldc, c + i * ldc + nb, 0.0f);
         continue;
       }
-      tile_fn(mr, nv)(kr.begin, kr.end, A + i0 * rsa, rsa, csa, B + j0, ldb, c, ldc, accumulate, last);
+      tile(mr, nv, last, kr.begin, kr.end, A + i0 * rsa, B + j0, c);
     }
   }
+}
+
+void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
+                 float* C, int64_t ldc, bool accumulate, const Band& band) {
+  for_each_tile<kMr, 16, kNv>(M, N, K, A, rsa, B, C, ldc, accumulate, band,
+                              [&](int mr, int nv, int last, int64_t k0, int64_t k1, const float* a, const float* b,
+                                  float* c) {
+                                const __mmask16 mask = last == 16 ? __mmask16(0xFFFF) : __mmask16((1u << last) - 1);
+                                tile_fn(mr, nv)(k0, k1, a, rsa, csa, b, ldb, c, ldc, accumulate, mask);
+                              });
 }
 
 // ---- AVX2 + FMA: the same scheme with 8-float vectors, 6 rows x 16 columns of C per tile (12
@@ -226,23 +240,9 @@ Tile2Fn tile2_fn(int mr, int nv) {
 
 void gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa, const float* B, int64_t ldb,
                float* C, int64_t ldc, bool accumulate, const Band& band) {
-  for (int64_t j0 = 0; j0 < N; j0 += 8 * kNv2) {
-    const int64_t nb = std::min<int64_t>(8 * kNv2, N - j0);
-    const int nv = static_cast<int>((nb + 7) / 8);
-    const int last_n = static_cast<int>(nb - 8 * (nv - 1));
-    for (int64_t i0 = 0; i0 < M; i0 += kMr2) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMr2, M - i0));
-      if (n_limit(band, N, i0 + mr) <= j0) continue;  // no needed column in this tile
-      const KRange kr = k_range(band, K, i0, i0 + mr);
-      float* c = C + i0 * ldc + j0;
-      if (kr.end <= kr.begin) {
-        if (!accumulate)
-          for (int i = 0; i < mr; ++i) std::fill(c + i * ldc, c + i * ldc + nb, 0.0f);
-        continue;
-      }
-      tile2_fn(mr, nv)(kr.begin, kr.end, A + i0 * rsa, rsa, csa, B + j0, ldb, c, ldc, accumulate, last_n);
-    }
-  }
+  for_each_tile<kMr2, 8, kNv2>(M, N, K, A, rsa, B, C, ldc, accumulate, band,
+                               [&](int mr, int nv, int last, int64_t k0, int64_t k1, const float* a, const float* b,
+                                   float* c) { tile2_fn(mr, nv)(k0, k1, a, rsa, csa, b, ldb, c, ldc, accumulate, last); });
 }
 
 #endif  // MT_ATTN_HAVE_AVX512
