@@ -179,8 +179,6 @@ struct AutocastSnapshot::State {
 
 AutocastSnapshot::AutocastSnapshot() : state_(std::make_shared<const State>(State{state()})) {}
 
-bool AutocastSnapshot::enabled() const { return state_->state.enabled; }
-
 struct RestoredAutocast::Saved {
   AutocastState previous;
 };

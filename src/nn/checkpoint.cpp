@@ -35,8 +35,9 @@ std::vector<Tensor> trainable_parameters(const Modules& modules) {
   return params;
 }
 
-// The generators whose draws the recompute must repeat: every Dropout's, each once.
-std::vector<Generator*> dropout_generators(const Modules& modules) {
+// The generators whose draws the recompute must repeat: every Dropout's, each once. Refuses a
+// module whose recompute would change state (a BatchNorm2d in training mode).
+std::vector<Generator*> replayed_generators(const Modules& modules) {
   std::vector<Generator*> gens;
   for (const auto& m : modules) {
     for (const auto& [path, sub] : m->named_modules()) {
@@ -63,7 +64,7 @@ Tensor checkpoint(std::span<const std::shared_ptr<Module>> span, const Tensor& x
   inputs.insert(inputs.end(), params.begin(), params.end());
   if (!autograd::needs_grad(inputs)) return run(modules, x);
 
-  const std::vector<Generator*> gens = dropout_generators(modules);
+  const std::vector<Generator*> gens = replayed_generators(modules);
   std::vector<std::array<uint64_t, 2>> at_forward;
   for (Generator* g : gens) at_forward.push_back(g->state());
   const amp::AutocastSnapshot autocast;

@@ -90,7 +90,7 @@ ModelInfo gpt_model_info(const GPTConfig& c) {
   // Per sequence and layer: qkv, proj and MLP C*3C + C*C + 2*C*RC per token; causal attention
   // computes scores and att@v only for keys at or before the query: query t (1-based) sees t keys,
   // so the sequence costs 2 * C * T(T+1)/2 = C*T*(T+1) MACs there (mixtrain's fused kernel skips
-  // the masked tiles; counting the full T x T square would overstate GFLOP/s by ~T/(T+1)x there).
+  // the masked tiles; counting the full T x T square would count these products 2T/(T+1) times over).
   const int64_t macs_per_sequence = L * (T * (C * 3 * C + C * C + 2 * C * R * C) + C * T * (T + 1)) + T * C * V;
   return {.name = "gpt",
           .description = concat("GPT: byte vocabulary ", V, ", context ", T, ", C ", C, ", ", L, " pre-norm blocks, ",

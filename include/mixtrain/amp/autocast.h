@@ -59,7 +59,6 @@ class Autocast {
 class AutocastSnapshot {
  public:
   AutocastSnapshot();  // the current state
-  bool enabled() const;
 
  private:
   friend class RestoredAutocast;
