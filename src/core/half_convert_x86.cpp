@@ -5,6 +5,7 @@
 // Every kernel gives the same bits as the scalar functions of mixtrain/half.h, NaN and subnormals
 // included (Note [Half conversions] in docs/notes/conversions.md).
 #include "core/half_convert.h"
+#include "core/half_convert_avx2.h"
 #include "core/half_convert_avx512.h"
 
 #if MT_HALF_X86_KERNELS
@@ -20,8 +21,7 @@
 #endif
 
 #define MT_TARGET_F16C __attribute__((target("avx,f16c")))
-#define MT_TARGET_AVX2 __attribute__((target("avx2")))
-// MT_TARGET_AVX512: core/half_convert_avx512.h.
+// MT_TARGET_AVX2: core/half_convert_avx2.h; MT_TARGET_AVX512: core/half_convert_avx512.h.
 #define MT_TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace mixtrain::detail::x86 {
@@ -44,16 +44,7 @@ MT_TARGET_F16C inline __m256 fp16_widen8(const float16* src) {
 
 // ---- AVX2: fp32 <-> bf16 with integer ops, 8 lanes.
 
-// The bf16 bits of 8 floats, one per 32-bit lane: the scalar fp32_to_bf16_bits on each lane.
-MT_TARGET_AVX2 inline __m256i bf16_round8(__m256 x) {
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));  // abs >= 0: signed is fine
-  const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
-  return _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
-}
+// bf16_round8 and the 8-lane widening: core/half_convert_avx2.h.
 
 // 16 floats -> 16 bf16 (lanes hold values <= 0xffff, so the unsigned-saturating pack is exact).
 MT_TARGET_AVX2 inline __m256i bf16_narrow16_avx2(const float* src) {
@@ -61,9 +52,8 @@ MT_TARGET_AVX2 inline __m256i bf16_narrow16_avx2(const float* src) {
   return _mm256_permute4x64_epi64(packed, 0xd8);  // undo the per-128-bit-lane interleave of packus
 }
 
-MT_TARGET_AVX2 inline __m256 bf16_widen8(const bfloat16* src) {
-  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+MT_TARGET_AVX2 inline __m256 bf16_load8(const bfloat16* src) {
+  return bf16_widen8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
 }
 
 // ---- AVX-512 F/BW/VL: 16 lanes, tails with masked loads and stores.
@@ -139,8 +129,8 @@ MT_TARGET_AVX2 void fp32_to_bf16_avx2(const float* src, bfloat16* dst, int64_t n
 MT_TARGET_AVX2 void bf16_to_fp32_avx2(const bfloat16* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 a = bf16_widen8(src + i);
-    const __m256 b = bf16_widen8(src + i + 8);
+    const __m256 a = bf16_load8(src + i);
+    const __m256 b = bf16_load8(src + i + 8);
     _mm256_storeu_ps(dst + i, a);
     _mm256_storeu_ps(dst + i + 8, b);
   }
@@ -149,7 +139,7 @@ MT_TARGET_AVX2 void bf16_to_fp32_avx2(const bfloat16* src, float* dst, int64_t n
     alignas(16) bfloat16 in[8] = {};
     alignas(32) float out[8];
     std::memcpy(in, src + i, static_cast<size_t>(r) * sizeof(bfloat16));
-    _mm256_store_ps(out, bf16_widen8(in));
+    _mm256_store_ps(out, bf16_load8(in));
     std::memcpy(dst + i, out, static_cast<size_t>(r) * sizeof(float));
   }
 }

@@ -153,17 +153,25 @@ TEST(MaxPool2d, MatchesReferenceEveryDtypeIsaAndWindow) {
 }
 
 TEST(MaxPool2d, SixteenBitValuesAreCopiedBitForBit) {
-  // A signalling-NaN payload and negative zero survive: the maximum is copied, never converted.
-  for (DType dt : kHalfDTypes) {
-    const uint16_t snan = dt == kBFloat16 ? 0x7f81 : 0x7c01, neg_zero = 0x8000;
-    Tensor x = zeros({1, 1, 2, 4}, {.dtype = dt, .device = Device{}});
-    uint16_t* p = reinterpret_cast<uint16_t*>(x.raw_data());
-    p[0] = neg_zero, p[1] = neg_zero, p[4] = neg_zero, p[5] = neg_zero;  // window 0: all -0
-    p[3] = snan;                                                         // window 1: a NaN
-    Tensor y = F::max_pool2d(x.to(default_device()), {.kernel_h = 2, .kernel_w = 2}).to(Device{});
-    const uint16_t* q = reinterpret_cast<const uint16_t*>(y.raw_data());
-    EXPECT_EQ(q[0], neg_zero) << name(dt);
-    EXPECT_EQ(q[1], snan) << name(dt);
+  // A signalling-NaN payload and negative zero survive: the maximum is copied, never converted. 16
+  // windows in a row, so that the vector kernels (8 or 16 windows a step) run too.
+  for (cpu::Isa level : kernel_isa_levels()) {
+    cpu::MaxIsaGuard cap(level);
+    for (DType dt : kHalfDTypes) {
+      const uint16_t snan = dt == kBFloat16 ? 0x7f81 : 0x7c01, neg_zero = 0x8000;
+      Tensor x = zeros({1, 1, 2, 32}, {.dtype = dt, .device = Device{}});
+      uint16_t* p = reinterpret_cast<uint16_t*>(x.raw_data());
+      p[0] = neg_zero, p[1] = neg_zero, p[32] = neg_zero, p[33] = neg_zero;  // window 0: all -0
+      p[3] = snan;                                                           // window 1: a NaN
+      p[32 + 28] = snan;                                                     // window 14: a NaN below
+      Tensor y = F::max_pool2d(x.to(default_device()), {.kernel_h = 2, .kernel_w = 2}).to(Device{});
+      const uint16_t* q = reinterpret_cast<const uint16_t*>(y.raw_data());
+      SCOPED_TRACE(::testing::Message() << "isa " << cpu::name(level) << ", " << name(dt));
+      EXPECT_EQ(q[0], neg_zero);
+      EXPECT_EQ(q[1], snan);
+      EXPECT_EQ(q[14], snan);
+      EXPECT_EQ(q[15], 0);
+    }
   }
 }
 

@@ -12,7 +12,9 @@
 // scratch and no scatter. Taking a maximum and routing a gradient are exact, so the selected
 // elements are copied bit for bit (a 16-bit input is never widened and rounded back), and the fast
 // path gives the same bits as the general one. With AVX-512 (cpu::isa() >= kAvx512) it runs
-// 16 windows per step, comparing in fp32 and selecting the raw 16-bit (or fp32) values.
+// 16 windows per step, with AVX2 8, comparing in
+// fp32 and selecting the raw 16-bit (or fp32) values.
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/nn_vec.h"
@@ -23,15 +25,17 @@
 #include "kernels/cpu/register.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MT_POOL_AVX512 1
+#define MT_POOL_X86 1
 #include <immintrin.h>
+
+#include "core/half_convert_avx2.h"
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized flags at
 // every inlining site (GCC bug 105593, fixed in GCC 13). The warning is about the header.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #else
-#define MT_POOL_AVX512 0
+#define MT_POOL_X86 0
 #endif
 
 namespace mixtrain::kernels {
@@ -80,7 +84,11 @@ bool is_2x2_stride_2(const Pool2dParams& p) {
   return p.kh == 2 && p.kw == 2 && p.sh == 2 && p.sw == 2 && p.ph == 0 && p.pw == 0;
 }
 
-bool use_avx512() { return MT_POOL_AVX512 && cpu::isa() >= cpu::Isa::kAvx512; }
+// The vector level of the 2x2 path: kAvx512, kAvx2, or kGeneric for the scalar loops.
+cpu::Isa pool_level() {
+  if (!MT_POOL_X86) return cpu::Isa::kGeneric;
+  return std::min(cpu::isa(), cpu::Isa::kAvx512);
+}
 
 // ---- 2x2 stride 2, scalar: rows `in0`, `in1` of the input, OW windows.
 
@@ -126,7 +134,7 @@ void max2x2_bwd_row(const T* gy, const uint8_t* am, T* gx0, T* gx1, int64_t OW) 
 }
 
 // ---- 2x2 stride 2, AVX-512: 16 windows per step, masked tails.
-#if MT_POOL_AVX512
+#if MT_POOL_X86
 #define MT_POOL_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 // 16 horizontally adjacent pairs of one input row: their fp32 values (even / odd columns) for the
@@ -233,6 +241,136 @@ MT_POOL_TARGET void max2x2_bwd_row_avx512(const T* gy, const uint8_t* am, T* gx0
     }
   }
 }
+
+// ---- 2x2 stride 2, AVX2: 8 windows per step (the same selection as the AVX-512 kernel).
+#define MT_POOL_AVX2_TARGET __attribute__((target("avx2,f16c")))
+
+using detail::x86::pack8_epi32_to_epi16;
+
+// 8 horizontally adjacent pairs of one input row (16 elements), as Pairs on 8 lanes.
+struct Pairs8 {
+  __m256 even, odd;
+  __m256i even_bits, odd_bits;
+};
+
+template <typename T>
+MT_POOL_AVX2_TARGET inline Pairs8 load_pairs8(const T* src) {
+  Pairs8 p;
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256 lo = _mm256_loadu_ps(src), hi = _mm256_loadu_ps(src + 8);
+    // shuffle_ps works per 128-bit half: (lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6); the 64-bit permute
+    // puts the halves in order.
+    p.even = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))), 0xd8));
+    p.odd = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), 0xd8));
+    p.even_bits = _mm256_castps_si256(p.even);
+    p.odd_bits = _mm256_castps_si256(p.odd);
+  } else {
+    // Each 32-bit lane holds one pair: the even element in its low half, the odd one in its high half.
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    p.even_bits = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    p.odd_bits = _mm256_srli_epi32(v, 16);
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      p.even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+      p.odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+    } else {
+      p.even = _mm256_cvtph_ps(pack8_epi32_to_epi16(p.even_bits));
+      p.odd = _mm256_cvtph_ps(pack8_epi32_to_epi16(p.odd_bits));
+    }
+  }
+  return p;
+}
+
+MT_POOL_AVX2_TARGET inline void argmax_step8(__m256& best, __m256i& bits, __m256i& k, __m256 v, __m256i vbits, int kv) {
+  const __m256 take = _mm256_and_ps(_mm256_cmp_ps(best, best, _CMP_ORD_Q),
+                                    _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  const __m256i take_bits = _mm256_castps_si256(take);
+  best = _mm256_blendv_ps(best, v, take);
+  bits = _mm256_blendv_epi8(bits, vbits, take_bits);
+  k = _mm256_blendv_epi8(k, _mm256_set1_epi32(kv), take_bits);
+}
+
+MT_POOL_AVX2_TARGET inline __m256i pick8(__m256i k, __m256i g, int kv) {
+  return _mm256_and_si256(_mm256_cmpeq_epi32(k, _mm256_set1_epi32(kv)), g);
+}
+
+// 8 windows: 16 elements of each input row, 8 outputs and argmax bytes.
+template <typename T>
+MT_POOL_AVX2_TARGET inline void max2x2_block8(const T* in0, const T* in1, T* out, uint8_t* am) {
+  const Pairs8 top = load_pairs8(in0), bottom = load_pairs8(in1);
+  __m256 best = top.even;
+  __m256i bits = top.even_bits, k = _mm256_setzero_si256();
+  argmax_step8(best, bits, k, top.odd, top.odd_bits, 1);
+  argmax_step8(best, bits, k, bottom.even, bottom.even_bits, 2);
+  argmax_step8(best, bits, k, bottom.odd, bottom.odd_bits, 3);
+  if constexpr (std::is_same_v<T, float>)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bits);
+  else
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), pack8_epi32_to_epi16(bits));
+  const __m128i k16 = pack8_epi32_to_epi16(k);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(am), _mm_packus_epi16(k16, k16));
+}
+
+// A row's last OW % 8 windows go through zero-padded buffers (AVX2 has no masked 16-bit loads), so
+// that short rows (a 28 x 28 image pools to OW = 14, then 7) stay vectorised.
+template <typename T>
+MT_POOL_AVX2_TARGET void max2x2_row_avx2(const T* in0, const T* in1, T* out, uint8_t* am, int64_t OW) {
+  int64_t ow = 0;
+  for (; ow + 8 <= OW; ow += 8) max2x2_block8(in0 + 2 * ow, in1 + 2 * ow, out + ow, am + ow);
+  if (ow == OW) return;
+  const size_t n = static_cast<size_t>(OW - ow);
+  T t0[16] = {}, t1[16] = {}, o[8];
+  uint8_t a[8];
+  std::memcpy(t0, in0 + 2 * ow, 2 * n * sizeof(T));
+  std::memcpy(t1, in1 + 2 * ow, 2 * n * sizeof(T));
+  max2x2_block8(t0, t1, o, a);
+  std::memcpy(out + ow, o, n * sizeof(T));
+  std::memcpy(am + ow, a, n);
+}
+
+// a0 b0 a1 b1 ... a7 b7 into dst[0, 16); unpack works per 128-bit half, permute2x128 puts the
+// halves in order.
+MT_POOL_AVX2_TARGET inline void store_interleaved8(float* dst, __m256i a, __m256i b) {
+  const __m256i lo = _mm256_unpacklo_epi32(a, b), hi = _mm256_unpackhi_epi32(a, b);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute2x128_si256(lo, hi, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// 8 windows of the backward: 8 gradients and argmax bytes, 16 elements of each gradient row.
+template <typename T>
+MT_POOL_AVX2_TARGET inline void max2x2_bwd_block8(const T* gy, const uint8_t* am, T* gx0, T* gx1) {
+  const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(am)));
+  __m256i g;
+  if constexpr (std::is_same_v<T, float>)
+    g = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gy));
+  else
+    g = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gy)));
+  const __m256i e0 = pick8(k, g, 0), e1 = pick8(k, g, 1), e2 = pick8(k, g, 2), e3 = pick8(k, g, 3);
+  if constexpr (std::is_same_v<T, float>) {
+    // Interleave (e0, e1) into the 16 values of the top row, (e2, e3) into the bottom row.
+    store_interleaved8(gx0, e0, e1);
+    store_interleaved8(gx1, e2, e3);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(gx0), _mm256_or_si256(e0, _mm256_slli_epi32(e1, 16)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(gx1), _mm256_or_si256(e2, _mm256_slli_epi32(e3, 16)));
+  }
+}
+
+template <typename T>
+MT_POOL_AVX2_TARGET void max2x2_bwd_row_avx2(const T* gy, const uint8_t* am, T* gx0, T* gx1, int64_t OW) {
+  int64_t ow = 0;
+  for (; ow + 8 <= OW; ow += 8) max2x2_bwd_block8(gy + ow, am + ow, gx0 + 2 * ow, gx1 + 2 * ow);
+  if (ow == OW) return;
+  const size_t n = static_cast<size_t>(OW - ow);
+  T g[8] = {}, o0[16], o1[16];
+  uint8_t a[8] = {};
+  std::memcpy(g, gy + ow, n * sizeof(T));
+  std::memcpy(a, am + ow, n);
+  max2x2_bwd_block8(g, a, o0, o1);
+  std::memcpy(gx0 + 2 * ow, o0, 2 * n * sizeof(T));
+  std::memcpy(gx1 + 2 * ow, o1, 2 * n * sizeof(T));
+}
 #endif
 
 // Runs body(r, in_row) over the N * C * OH output rows r, in_row being the first of its two input
@@ -251,14 +389,16 @@ void max_pool_2x2_fwd(const Tensor& x, const Tensor& y, const Tensor& argmax) {
   const T* xp = host_ptr<T>(x);
   T* yp = host_ptr<T>(y);
   uint8_t* ap = host_ptr<uint8_t>(argmax);
-  const bool vec = use_avx512() && !std::is_same_v<T, double>;
+  const cpu::Isa level = std::is_same_v<T, double> ? cpu::Isa::kGeneric : pool_level();
   for_2x2_rows(x.size(0) * x.size(1), H, W, OH, 4 * OW, [&](int64_t r, int64_t in) {
-#if MT_POOL_AVX512
+    const T *in0 = xp + in, *in1 = xp + in + W;
+#if MT_POOL_X86
     if constexpr (!std::is_same_v<T, double>) {
-      if (vec) max2x2_row_avx512(xp + in, xp + in + W, yp + r * OW, ap + r * OW, OW);
+      if (level == cpu::Isa::kAvx512) return max2x2_row_avx512(in0, in1, yp + r * OW, ap + r * OW, OW);
+      if (level == cpu::Isa::kAvx2) return max2x2_row_avx2(in0, in1, yp + r * OW, ap + r * OW, OW);
     }
 #endif
-    if (!vec) max2x2_row(xp + in, xp + in + W, yp + r * OW, ap + r * OW, OW);
+    max2x2_row(in0, in1, yp + r * OW, ap + r * OW, OW);
   });
 }
 
@@ -268,15 +408,17 @@ void max_pool_2x2_bwd(const Tensor& gy, const Tensor& argmax, const Tensor& gx) 
   const T* gp = host_ptr<T>(gy);
   const uint8_t* ap = host_ptr<uint8_t>(argmax);
   T* xp = host_ptr<T>(gx);
-  const bool vec = use_avx512() && !std::is_same_v<T, double>;
+  const cpu::Isa level = std::is_same_v<T, double> ? cpu::Isa::kGeneric : pool_level();
   for_2x2_rows(gy.size(0) * gy.size(1), H, W, OH, 4 * OW, [&](int64_t r, int64_t in) {
     T* gx0 = xp + in;
-#if MT_POOL_AVX512
+    bool done = false;
+#if MT_POOL_X86
     if constexpr (!std::is_same_v<T, double>) {
-      if (vec) max2x2_bwd_row_avx512(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW);
+      if (level == cpu::Isa::kAvx512) max2x2_bwd_row_avx512(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW), done = true;
+      if (level == cpu::Isa::kAvx2) max2x2_bwd_row_avx2(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW), done = true;
     }
 #endif
-    if (!vec) max2x2_bwd_row(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW);
+    if (!done) max2x2_bwd_row(gp + r * OW, ap + r * OW, gx0, gx0 + W, OW);
     // A last odd column (left out by floor rounding) gets no gradient.
     const T zero = convert<T>(0.0f);
     for (int64_t w = 2 * OW; w < W; ++w) gx0[w] = gx0[W + w] = zero;

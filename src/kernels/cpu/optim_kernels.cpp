@@ -33,9 +33,9 @@
 #include <emmintrin.h>
 #endif
 
-// The AVX-512 Adam kernel uses per-function target attributes: GCC or Clang on x86-64.
+// The AVX-512 and AVX2 Adam kernels use per-function target attributes: GCC or Clang on x86-64.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MT_OPTIM_AVX512 1
+#define MT_OPTIM_X86 1
 #include <immintrin.h>
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized flags at
 // every inlining site (GCC bug 105593, fixed in GCC 13): a warning about the header, not this code.
@@ -43,9 +43,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #else
-#define MT_OPTIM_AVX512 0
+#define MT_OPTIM_X86 0
 #endif
 
+#include "core/half_convert_avx2.h"
 #include "core/half_convert_avx512.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/elementwise.h"
@@ -401,7 +402,7 @@ void adam_chunk(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e
   }
 }
 
-#if MT_OPTIM_AVX512
+#if MT_OPTIM_X86
 // The AVX-512 path: the whole update of 16 elements in registers, one load and one store per
 // tensor, masked at the chunk's tail. Same operations, same order as adam_chunk.
 #define MT_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
@@ -504,6 +505,107 @@ MT_AVX512_TARGET void adam_chunk_avx512(const AdamTensors& t, const AdamScalars&
       store16(param + i, k, x);
     }
   }
+}
+
+// The AVX2 path: 8 lanes, same operations in the same order as adam_chunk. The target list has no
+// "fma", so the compiler cannot contract a * b + c (the portable path and PyTorch's kernels do not).
+// The tail of fewer than 8 elements goes to the portable path, which gives the same bits.
+#define MT_AVX2_NOFMA_TARGET __attribute__((target("avx2,f16c")))
+
+using detail::x86::bf16_round8;
+using detail::x86::bf16_widen8;
+using detail::x86::pack8_epi32_to_epi16;
+
+template <typename T>
+MT_AVX2_NOFMA_TARGET inline __m256 load8(const T* p) {
+  if constexpr (std::is_same_v<T, float>)
+    return _mm256_loadu_ps(p);
+  else if constexpr (std::is_same_v<T, float16>)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  else
+    return bf16_widen8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+MT_AVX2_NOFMA_TARGET inline void store8_bits(void* p, __m128i bits) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bits);
+}
+
+template <typename T>
+MT_AVX2_NOFMA_TARGET inline void store8(T* p, __m256 x) {
+  if constexpr (std::is_same_v<T, float>)
+    _mm256_storeu_ps(p, x);
+  else if constexpr (std::is_same_v<T, float16>)
+    store8_bits(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  else
+    store8_bits(p, pack8_epi32_to_epi16(bf16_round8(x)));
+}
+
+template <typename T, typename M>
+MT_AVX2_NOFMA_TARGET void adam_chunk_avx2(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e) {
+  T* param = host_ptr<T>(t.param);
+  const T* grad = host_ptr<T>(t.grad);
+  float* master = t.master.defined() ? host_ptr<float>(t.master) : nullptr;
+  uint16_t* low = low_half(t.master_low);
+  M* m_all = host_ptr<M>(t.exp_avg);
+  float* v_all = host_ptr<float>(t.exp_avg_sq);
+  float* vmax_all = c.amsgrad ? host_ptr<float>(t.max_exp_avg_sq) : nullptr;
+  const __m256 inv = _mm256_set1_ps(c.inv), decay = _mm256_set1_ps(c.decay), wd = _mm256_set1_ps(c.wd);
+  const __m256 w = _mm256_set1_ps(c.w), one_minus_w = _mm256_set1_ps(c.one_minus_w);
+  const __m256 b2 = _mm256_set1_ps(c.b2), one_minus_b2 = _mm256_set1_ps(c.one_minus_b2);
+  const __m256 bc2_sqrt = _mm256_set1_ps(c.bc2_sqrt), eps = _mm256_set1_ps(c.eps);
+  const __m256 neg_step_size = _mm256_set1_ps(c.neg_step_size);
+  const __m256i low16 = _mm256_set1_epi32(0xffff);
+  const bool scale = c.inv != 1.0f, decoupled = c.wd != 0.0f && c.decoupled, l2 = c.wd != 0.0f && !c.decoupled;
+  int64_t i = b;
+  for (; i + 8 <= e; i += 8) {
+    __m256 g = load8(grad + i);
+    if (scale) g = _mm256_mul_ps(g, inv);
+    __m256 x;
+    if (master != nullptr) {
+      x = _mm256_loadu_ps(master + i);
+    } else if (low != nullptr) {  // unpack_master on 8 lanes
+      const __m256i hi = _mm256_castps_si256(load8(param + i));
+      const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(low + i)));
+      x = _mm256_castsi256_ps(_mm256_or_si256(hi, lo));
+    } else {
+      x = load8(param + i);
+    }
+    if (decoupled) x = _mm256_mul_ps(x, decay);
+    if (l2) g = _mm256_add_ps(g, _mm256_mul_ps(wd, x));
+    __m256 m = load8(m_all + i);
+    m = c.lerp_low ? _mm256_add_ps(m, _mm256_mul_ps(w, _mm256_sub_ps(g, m)))
+                   : _mm256_sub_ps(g, _mm256_mul_ps(_mm256_sub_ps(g, m), one_minus_w));
+    if constexpr (std::is_same_v<M, float>) {
+      _mm256_storeu_ps(m_all + i, m);
+    } else {  // rounded once; the update reads m as stored
+      const __m256i m16 = bf16_round8(m);
+      store8_bits(m_all + i, pack8_epi32_to_epi16(m16));
+      m = _mm256_castsi256_ps(_mm256_slli_epi32(m16, 16));
+    }
+    __m256 v = _mm256_loadu_ps(v_all + i);
+    v = _mm256_add_ps(_mm256_mul_ps(v, b2), _mm256_mul_ps(_mm256_mul_ps(one_minus_b2, g), g));
+    _mm256_storeu_ps(v_all + i, v);
+    __m256 vhat = v;
+    if (vmax_all != nullptr) {
+      const __m256 vmax = _mm256_loadu_ps(vmax_all + i);
+      const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, vmax, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      vhat = _mm256_blendv_ps(vmax, v, take);
+      _mm256_storeu_ps(vmax_all + i, vhat);
+    }
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vhat), bc2_sqrt), eps);
+    x = _mm256_add_ps(x, _mm256_mul_ps(neg_step_size, _mm256_div_ps(m, denom)));
+    if (master != nullptr) {
+      _mm256_storeu_ps(master + i, x);
+      store8(param + i, x);
+    } else if (low != nullptr) {  // pack_master on 8 lanes
+      const __m256i u = _mm256_castps_si256(x);
+      store8_bits(param + i, pack8_epi32_to_epi16(_mm256_srli_epi32(u, 16)));
+      store8_bits(low + i, pack8_epi32_to_epi16(_mm256_and_si256(u, low16)));
+    } else {
+      store8(param + i, x);
+    }
+  }
+  if (i < e) adam_chunk<T, M>(t, c, i, e);
 }
 #endif
 
@@ -615,19 +717,26 @@ void adam_step_cpu(const std::vector<AdamTensors>& tensors, const AdamHyper& h) 
     MT_INTERNAL_ASSERT(t.exp_avg.is_contiguous() && (t.exp_avg.dtype() == kFloat32 || t.exp_avg.dtype() == kBFloat16),
                        "adam_step: exp_avg must be contiguous float32 or bfloat16");
   }
-  bool simd = false;
-#if MT_OPTIM_AVX512
-  simd = cpu::isa() >= cpu::Isa::kAvx512;
+  cpu::Isa isa = cpu::Isa::kGeneric;
+#if MT_OPTIM_X86
+  isa = cpu::isa();
 #endif
   run_step(tensors, [&]<typename T>(const AdamTensors& t, int64_t b, int64_t e) {
     const AdamScalars c = adam_scalars(h, t.step);
     const bool m_bf16 = t.exp_avg.dtype() == kBFloat16;
-#if MT_OPTIM_AVX512
-    if (simd) {
+#if MT_OPTIM_X86
+    if (isa >= cpu::Isa::kAvx512) {
       if (m_bf16)
         adam_chunk_avx512<T, bfloat16>(t, c, b, e);
       else
         adam_chunk_avx512<T, float>(t, c, b, e);
+      return;
+    }
+    if (isa >= cpu::Isa::kAvx2) {
+      if (m_bf16)
+        adam_chunk_avx2<T, bfloat16>(t, c, b, e);
+      else
+        adam_chunk_avx2<T, float>(t, c, b, e);
       return;
     }
 #endif
