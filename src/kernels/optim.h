@@ -72,6 +72,29 @@ inline PackedMaster pack_master(float master) {
   return {static_cast<uint16_t>(bits >> 16), static_cast<uint16_t>(bits & 0xffffu)};
 }
 
+// fp32 -> bf16 bits with stochastic rounding: `r` is 16 uniformly random bits; the magnitude rounds
+// up with probability (dropped low 16 bits) / 2^16, so the expected value of the result is f
+// exactly (for finite f up to the largest bf16; beyond it rounding up gives inf, the next bf16 up).
+// Exact bf16 values never change; NaN is quieted as by the round-to-nearest conversion; inf stays inf
+// (its low bits are zero, so adding r cannot carry).
+constexpr uint16_t bf16_bits_stochastic(float f, uint16_t r) {
+  const auto u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + r) >> 16);  // sign-magnitude: r is added to the magnitude bits
+}
+
+// The Philox key of the stochastic rounding of one optimizer step: the run's seed and the
+// parameter's step count mixed (splitmix64's finaliser), so every step draws fresh bits while a rerun
+// with the same seed draws the same ones. Element e of the parameter with stream id s uses word e % 4
+// of Philox block e / 4 under stream s: bits that depend on (seed, step, parameter, element) only,
+// never on the thread count or the chunking.
+constexpr uint64_t rounding_key(uint64_t seed, int64_t step) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(step) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 struct SgdHyper {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
@@ -91,17 +114,26 @@ struct AdamHyper {
   bool decoupled_weight_decay = false;  // AdamW
   bool amsgrad = false;
   float inv_scale = 1.0f;
+  // bf16 parameters without a master (and without kahan_comp) are stored with stochastic rounding
+  // instead of round-to-nearest. A bf16 exp_avg_sq is always stored with stochastic rounding.
+  bool stochastic_rounding = false;
+  uint64_t rounding_seed = 0;  // see rounding_key
 };
 
 struct AdamTensors {
   Tensor param, grad, master, master_low, exp_avg, exp_avg_sq, max_exp_avg_sq;  // max_exp_avg_sq only with amsgrad
-  int64_t step = 0;  // this parameter's step count, already incremented for this update
+  // bf16 parameter without a master: the bf16 compensation of a Kahan-compensated update (what the
+  // parameter should hold beyond its value; added to the next update, the new rounding error kept).
+  Tensor kahan_comp;
+  int64_t step = 0;     // this parameter's step count, already incremented for this update
+  uint32_t stream = 0;  // the parameter's Philox stream for stochastic rounding (its flat index)
 };
 
 // One pass over each element: every input is read once and every output written once, 16 lanes at a
-// time when cpu::isa() (mixtrain/cpu.h) allows AVX-512, else in blocks through fp32
-// buffers. Both paths perform the same IEEE operations in the same order (no FMA contraction; sqrt
-// and division are correctly rounded), so they give the same bits.
+// time when cpu::isa() (mixtrain/cpu.h) allows AVX-512, 8 with AVX2, else in blocks through fp32
+// buffers. Every path performs the same IEEE operations in the same order (no FMA contraction; sqrt
+// and division are correctly rounded), so they give the same bits. exp_avg_sq is fp32 or bf16; the
+// stochastic and Kahan modes and a bf16 exp_avg_sq run in the block path.
 using AdamStepFn = void(const std::vector<AdamTensors>& tensors, const AdamHyper& h);
 extern DispatchTable<AdamStepFn> adam_step_table;
 

@@ -15,13 +15,26 @@ void check_options(const AdamOptions& o, const char* name, size_t group) {
   MT_CHECK(o.betas.second >= 0.0 && o.betas.second < 1.0, name, ": invalid beta parameter at index 1: ", o.betas.second,
            " in param group ", group, " (must be in [0, 1))");
   MT_CHECK(o.exp_avg_dtype == kFloat32 || o.exp_avg_dtype == kBFloat16, name, ": exp_avg_dtype must be float32 or ",
-           "bfloat16, got ", o.exp_avg_dtype, " in param group ", group,
-           " (the second moment is always float32: bf16 cannot hold its small updates)");
+           "bfloat16, got ", o.exp_avg_dtype, " in param group ", group);
+  MT_CHECK(o.exp_avg_sq_dtype == kFloat32 || o.exp_avg_sq_dtype == kBFloat16, name,
+           ": exp_avg_sq_dtype must be float32 or bfloat16, got ", o.exp_avg_sq_dtype, " in param group ", group);
+  MT_CHECK(o.bf16_update == Bf16Update::kNearest || o.bf16_update == Bf16Update::kStochastic ||
+               o.bf16_update == Bf16Update::kKahan,
+           name, ": invalid bf16_update ", static_cast<int>(o.bf16_update), " in param group ", group);
   MT_CHECK(o.weight_decay.value_or(0.0) >= 0.0, name, ": invalid weight_decay ", o.weight_decay.value_or(0.0),
            " in param group ", group, " (must be >= 0)");
 }
 
 }  // namespace
+
+const char* to_string(Bf16Update mode) {
+  switch (mode) {
+    case Bf16Update::kNearest: return "nearest";
+    case Bf16Update::kStochastic: return "stochastic";
+    case Bf16Update::kKahan: return "kahan";
+  }
+  return "?";
+}
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
     : Adam(detail::single_group(std::move(params), options), false) {}
@@ -60,11 +73,26 @@ void Adam::step_group(size_t g, float inv_scale) {
     if (!s.exp_avg.defined())
       s.exp_avg = zeros(params[j].shape(), {.dtype = o.exp_avg_dtype, .device = params[j].device()});
     if (s.exp_avg.dtype() != o.exp_avg_dtype) s.exp_avg = s.exp_avg.to(o.exp_avg_dtype).contiguous();
-    if (!s.exp_avg_sq.defined()) s.exp_avg_sq = zeros(params[j].shape(), fp32);
+    if (!s.exp_avg_sq.defined())
+      s.exp_avg_sq = zeros(params[j].shape(), {.dtype = o.exp_avg_sq_dtype, .device = params[j].device()});
+    if (s.exp_avg_sq.dtype() != o.exp_avg_sq_dtype) s.exp_avg_sq = s.exp_avg_sq.to(o.exp_avg_sq_dtype).contiguous();
     if (o.amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros(params[j].shape(), fp32);
+    const bool kahan = o.bf16_update == Bf16Update::kKahan && params[j].dtype() == kBFloat16 &&
+                       !s.master.defined() && !s.master_low.defined();
+    if (kahan && !s.kahan_comp.defined())
+      s.kahan_comp = zeros(params[j].shape(), {.dtype = kBFloat16, .device = params[j].device()});
+    if (!kahan) s.kahan_comp = Tensor();
     ++s.step;
-    work.push_back({params[j], grad, s.master, s.master_low, s.exp_avg, s.exp_avg_sq,
-                    o.amsgrad ? s.max_exp_avg_sq : Tensor(), s.step});
+    work.push_back({.param = params[j],
+                    .grad = grad,
+                    .master = s.master,
+                    .master_low = s.master_low,
+                    .exp_avg = s.exp_avg,
+                    .exp_avg_sq = s.exp_avg_sq,
+                    .max_exp_avg_sq = o.amsgrad ? s.max_exp_avg_sq : Tensor(),
+                    .kahan_comp = s.kahan_comp,
+                    .step = s.step,
+                    .stream = static_cast<uint32_t>(i)});
   }
   kernels::adam_step(work, {.lr = o.lr,
                             .beta1 = o.betas.first,
@@ -73,7 +101,9 @@ void Adam::step_group(size_t g, float inv_scale) {
                             .weight_decay = o.weight_decay.value_or(0.0),
                             .decoupled_weight_decay = decoupled_,
                             .amsgrad = o.amsgrad,
-                            .inv_scale = inv_scale});
+                            .inv_scale = inv_scale,
+                            .stochastic_rounding = o.bf16_update == Bf16Update::kStochastic,
+                            .rounding_seed = o.rounding_seed});
 }
 
 std::map<std::string, double> Adam::group_hyperparameters(size_t g) const {

@@ -55,6 +55,7 @@ std::vector<std::pair<std::string, Tensor>> ParamState::named_tensors() const {
   add("exp_avg", exp_avg);
   add("exp_avg_sq", exp_avg_sq);
   add("max_exp_avg_sq", max_exp_avg_sq);
+  add("kahan_comp", kahan_comp);
   return out;
 }
 
@@ -69,6 +70,7 @@ ParamState ParamState::clone() const {
   s.exp_avg = copy(exp_avg);
   s.exp_avg_sq = copy(exp_avg_sq);
   s.max_exp_avg_sq = copy(max_exp_avg_sq);
+  s.kahan_comp = copy(kahan_comp);
   return s;
 }
 
@@ -153,7 +155,8 @@ void Optimizer::step_all(float inv_scale) {
   for (const ParamGroup& g : groups_)
     for (const Tensor& p : g.params) {
       ParamState& s = state_.at(i++);
-      for (Tensor* t : {&s.master, &s.master_low, &s.momentum_buffer, &s.exp_avg, &s.exp_avg_sq, &s.max_exp_avg_sq})
+      for (Tensor* t : {&s.master, &s.master_low, &s.momentum_buffer, &s.exp_avg, &s.exp_avg_sq, &s.max_exp_avg_sq,
+                        &s.kahan_comp})
         if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
     }
   for (size_t g = 0; g < groups_.size(); ++g) step_group(g, inv_scale);
@@ -213,11 +216,17 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
              src.master.defined() ? "has one" : "has none", "; master-weight mode must match");
     MT_CHECK(!src.master_low.defined(), name(), ".load_state_dict: state 'master_low' of ", param_name(i),
              " is not a state-dict entry (state dicts hold the full fp32 'master')");
+    MT_CHECK(!src.kahan_comp.defined() || (params[i].dtype() == kBFloat16 && !has_master), name(),
+             ".load_state_dict: state 'kahan_comp' of ", param_name(i), " (", describe(params[i]),
+             ") belongs to a bf16 parameter without a master");
     for (const auto& [key, t] : src.named_tensors()) {
-      const bool dtype_ok = t.dtype() == kFloat32 || (key == "exp_avg" && t.dtype() == kBFloat16);
+      const bool may_be_bf16 = key == "exp_avg" || key == "exp_avg_sq";
+      const bool dtype_ok = key == "kahan_comp" ? t.dtype() == kBFloat16
+                                                : t.dtype() == kFloat32 || (may_be_bf16 && t.dtype() == kBFloat16);
       MT_CHECK(dtype_ok && t.shape() == params[i].shape(), name(), ".load_state_dict: state '", key, "' of ",
-               param_name(i), " is ", describe(t), ", expected ", key == "exp_avg" ? "float32 or bfloat16" : "float32",
-               " with shape ", params[i].shape());
+               param_name(i), " is ", describe(t), ", expected ",
+               key == "kahan_comp" ? "bfloat16" : may_be_bf16 ? "float32 or bfloat16" : "float32", " with shape ",
+               params[i].shape());
     }
   }
   // Hyperparameters next (they validate as they go): restore the old ones if a group is refused.
@@ -250,7 +259,8 @@ StateBytes Optimizer::state_bytes() const {
   StateBytes b;
   for (const ParamState& s : state_)
     for (const auto& [key, t] : s.named_tensors())
-      (key == "master" || key == "master_low" ? b.masters : b.moments) += static_cast<int64_t>(t.nbytes());
+      (key == "master" || key == "master_low" || key == "kahan_comp" ? b.masters : b.moments) +=
+          static_cast<int64_t>(t.nbytes());
   return b;
 }
 
@@ -282,6 +292,18 @@ void Optimizer::pack_masters() {
   for (size_t i = 0; i < state_.size(); ++i) {
     ParamState& s = state_[i];
     if (s.master.defined() && params[i].dtype() == kBFloat16) pack_state(s, params[i]);
+  }
+}
+
+void Optimizer::release_masters() {
+  NoGradGuard no_grad;
+  std::vector<Tensor> params = parameters();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    ParamState& s = state_[i];
+    if (params[i].dtype() != kBFloat16) continue;
+    // The parameter already holds its master rounded to nearest (full master) or truncated (packed).
+    s.master = Tensor();
+    s.master_low = Tensor();
   }
 }
 

@@ -26,6 +26,21 @@ std::string_view to_string(ScalerMode mode) {
   return "?";
 }
 
+std::string_view to_string(WeightUpdate mode) {
+  switch (mode) {
+    case WeightUpdate::kMaster: return "master";
+    case WeightUpdate::kStochastic: return "stochastic";
+    case WeightUpdate::kKahan: return "kahan";
+  }
+  return "?";
+}
+
+WeightUpdate parse_weight_update(std::string_view text) {
+  for (WeightUpdate m : {WeightUpdate::kMaster, WeightUpdate::kStochastic, WeightUpdate::kKahan})
+    if (text == to_string(m)) return m;
+  MT_FAIL("unknown weight update '", text, "' (valid: master, stochastic, kahan)");
+}
+
 std::string_view short_dtype_name(DType dtype) {
   if (dtype == kFloat32) return "fp32";
   if (dtype == kBFloat16) return "bf16";
@@ -78,6 +93,10 @@ void validate(const PrecisionConfig& config) {
   MT_CHECK(!config.compact_state || p == kBFloat16, "compact optimizer state needs bf16 parameters (--master-weights ",
            "bf16): its packed master stores the bf16 parameter as the upper half of the fp32 master; got parameter ",
            "dtype ", short_dtype_name(p));
+  MT_CHECK(config.weight_update == WeightUpdate::kMaster || (p == kBFloat16 && !config.compact_state),
+           "--weight-update ", to_string(config.weight_update), " updates bf16 weights without fp32 masters: it needs ",
+           "--master-weights bf16 (got ", short_dtype_name(p), ")", config.compact_state ? " and no --compact-state" : "",
+           "");
   if (p == kFloat32) return;
   // A 16-bit parameter can only meet activations of its own dtype: autocast casts the fp32 inputs
   // to the region's dtype, and two different 16-bit dtypes in one op are an error.
@@ -93,6 +112,21 @@ void prepare_model(nn::Module& model, const PrecisionConfig& config) {
 
 void prepare_optimizer(optim::Optimizer& optimizer, const PrecisionConfig& config) {
   validate(config);
+  if (config.weight_update != WeightUpdate::kMaster) {
+    auto* adam = dynamic_cast<optim::Adam*>(&optimizer);
+    MT_CHECK(adam != nullptr, "--weight-update ", to_string(config.weight_update), " is implemented for Adam/AdamW, ",
+             "not ", optimizer.name());
+    optimizer.release_masters();
+    for (size_t g = 0; g < adam->num_param_groups(); ++g) {
+      optim::AdamOptions& o = adam->options(g);
+      o.bf16_update = config.weight_update == WeightUpdate::kStochastic ? optim::Bf16Update::kStochastic
+                                                                        : optim::Bf16Update::kKahan;
+      o.rounding_seed = config.rounding_seed;
+      o.exp_avg_dtype = kBFloat16;
+      o.exp_avg_sq_dtype = kBFloat16;
+    }
+    return;
+  }
   if (!config.compact_state) return;
   optimizer.pack_masters();
   MT_CHECK(optimizer.has_packed_masters(), "compact optimizer state: the optimizer has no fp32 master for any bf16 ",

@@ -138,6 +138,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"scaler", scaler},
             {"master_weights", master_weights},
             {"compact_state", compact_state},
+            {"weight_update", weight_update},
             {"epochs", epochs},
             {"steps", steps},
             {"steps_this_run", steps_this_run},
@@ -570,6 +571,7 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.scaler = scaler_.is_enabled();
   s.master_weights = std::string(short_dtype_name(options_.precision.param_dtype));
   s.compact_state = options_.precision.compact_state;
+  s.weight_update = std::string(to_string(options_.precision.weight_update));
   s.epochs = static_cast<double>(step_) / static_cast<double>(loader_.size());
   s.steps = step_;
   s.steps_this_run = run.steps;

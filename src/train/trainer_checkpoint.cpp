@@ -46,6 +46,7 @@ Tensor* slot(optim::ParamState& s, const std::string& key) {
   if (key == "exp_avg") return &s.exp_avg;
   if (key == "exp_avg_sq") return &s.exp_avg_sq;
   if (key == "max_exp_avg_sq") return &s.max_exp_avg_sq;
+  if (key == "kahan_comp") return &s.kahan_comp;
   return nullptr;
 }
 
@@ -113,7 +114,7 @@ std::string find_latest_checkpoint(const std::string& dir) {
 
 const std::vector<std::string>& Trainer::fixed_settings() {
   static const std::vector<std::string> fixed = {"model",     "precision", "scaler",  "master_weights",
-                                                 "compact_state", "optimizer", "batch_size", "shuffle",
+                                                 "compact_state", "weight_update", "optimizer", "batch_size", "shuffle",
                                                  "drop_last", "train_size"};
   return fixed;
 }
@@ -145,6 +146,9 @@ std::map<std::string, std::string> Trainer::trajectory_settings() const {
             // constant (or custom, step-indexed) lr keeps its trajectory.
             {"total_steps", decay == std::string("cosine") ? json(total_steps()) : json(nullptr)},
             {"clip_grad_norm", options_.clip_grad_norm ? json(*options_.clip_grad_norm) : json(nullptr)}};
+  // Only when not the default, so that checkpoints written before the setting existed still match.
+  if (options_.precision.weight_update != WeightUpdate::kMaster)
+    s["weight_update"] = std::string(to_string(options_.precision.weight_update));
   for (size_t g = 0; g < optimizer_->num_param_groups(); ++g)
     for (const auto& [key, value] : optimizer_->hyperparameters(g))
       if (key != "lr" && key != "initial_lr") s[g == 0 ? key : "group" + std::to_string(g) + "." + key] = value;
@@ -221,7 +225,8 @@ void Trainer::load_checkpoint(const std::string& path) {
     MT_CHECK(refused.empty(), "resume: '", path, "' was written by a run with other settings: ", refused,
              ". A resumed run keeps every setting that shapes its trajectory: repeat the original ones, or name ",
              "the ones to change in resume_overrides (the CLI's --resume-override NAME,...); ",
-             "model, precision, scaler, master_weights, compact_state, optimizer, batch_size, shuffle, drop_last ",
+             "model, precision, scaler, master_weights, compact_state, weight_update, optimizer, batch_size, shuffle, ",
+             "drop_last ",
              "and train_size cannot change");
 
     const int64_t per_epoch = loader_.size();

@@ -1,7 +1,7 @@
 // Compact optimizer state: packed fp32 masters for bf16 parameters (mode (c) of optim/optimizer.h)
 // and a bf16 first moment, the model-state byte accounting, the state-dict format they share with
-// full masters, and the AVX-512 Adam kernel against the portable one. Why the second moment stays
-// fp32 is shown here too.
+// full masters, and the vector Adam kernels against the portable one. Why a bf16 second moment
+// rounded to nearest would stall is shown here too (test_bf16_update.cpp: stochastic rounding).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -190,13 +190,13 @@ TEST(CompactState, Bf16FirstMomentIsStoredRoundedAndUsedAsStored) {
     const float x = p0[i] * static_cast<float>(1.0 - lr * wd);
     ASSERT_EQ(pv[i], x + neg_step * (m_new / (std::sqrt(v) / bc2_sqrt + static_cast<float>(eps)))) << i;
   }
-  // The second moment cannot be bf16.
+  // Moments are fp32 or bf16, nothing else.
   mt::Tensor r = leaf(mt::zeros({4}));
   EXPECT_MT_ERROR(optim::AdamW({r}, {.exp_avg_dtype = mt::kFloat16}), "exp_avg_dtype must be float32 or bfloat16");
 }
 
 TEST(CompactState, Bf16SecondMomentWouldStallWhileBf16FirstMomentTracks) {
-  // Why exp_avg may be bf16 and exp_avg_sq may not. After the moments have settled at 1, the gradient
+  // Why exp_avg may be bf16 rounded to nearest and exp_avg_sq may not. After the moments have settled at 1, the gradient
   // jumps from 1 to 2 (g^2 from 1 to 4). A stored moment stops moving once its update,
   // (1 - beta) * distance to the target, is below half a bf16 ulp (2^-8 in [1, 2), 2^-7 in [2, 4)):
   //   m, beta1 = 0.9:   stops within 5 ulps of the target (0.1 * d < ulp / 2): 2% off, harmless;

@@ -106,6 +106,13 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                  "With --precision bf16 --master-weights bf16: keep each fp32 master as the bf16 weight plus its "
                  "lower 16 bits and AdamW's first moment in bf16: 12 bytes of model state per parameter instead of "
                  "16");
+    app.add_option("--weight-update", a.weight_update,
+                   "With --precision bf16 --master-weights bf16: how updates reach the bf16 weights: master (fp32 "
+                   "master weights, 16 bytes of model state per parameter, 12 with --compact-state), stochastic (no "
+                   "masters, stochastic rounding, bf16 AdamW moments: 8 bytes) or kahan (no masters, a bf16 Kahan "
+                   "compensation, bf16 moments: 10 bytes); seeded by --seed")
+        ->check(CLI::IsMember({"master", "stochastic", "kahan"}))
+        ->capture_default_str();
     app.add_flag("--checkpoint-activations", a.checkpoint_activations,
                  "Activation checkpointing: keep only each transformer block's input (gpt models) or each of about "
                  "sqrt(n) layer segments' input (other models) and recompute the rest during backward; less memory "
@@ -203,7 +210,8 @@ void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision 
   if (a.master_weights == "same") return;
   const train::PrecisionConfig c{.precision = precision,
                                  .param_dtype = train::parse_param_dtype(a.master_weights),
-                                 .compact_state = a.compact_state};
+                                 .compact_state = a.compact_state,
+                                 .weight_update = train::parse_weight_update(a.weight_update)};
   try {
     train::validate(c);
   } catch (const Error& e) {
@@ -309,6 +317,8 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.data_name = a.data;
   o.augment_name = a.augment;
   o.precision.compact_state = a.compact_state;
+  o.precision.weight_update = train::parse_weight_update(a.weight_update);
+  o.precision.rounding_seed = a.seed;
   if (a.augment == "flip") o.train_transform = data::random_horizontal_flip(a.seed);
   o.flops_per_sample = info.flops_per_sample;
   // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.

@@ -106,6 +106,7 @@ int run_bench(const BenchArgs& b) {
                               {"gflops", s.gflops.value_or(0.0)},
                               {"peak_bytes", s.peak_bytes},
                               {"compact_state", s.compact_state},
+                              {"weight_update", s.weight_update},
                               {"checkpoint_activations", a.checkpoint_activations},
                               {"model_state_bytes", s.model_state_bytes},
                               {"model_state_bytes_per_param", s.model_state_bytes_per_param},
@@ -129,7 +130,9 @@ int run_bench(const BenchArgs& b) {
               static_cast<long long>(s.peak_bytes));
   std::printf("  model state  %s, %.2f bytes per parameter (weights, gradients, masters, optimizer state%s)\n",
               human_bytes(static_cast<double>(s.model_state_bytes)).c_str(), s.model_state_bytes_per_param,
-              s.compact_state ? "; compact" : "");
+              s.compact_state                  ? "; compact"
+              : s.weight_update != "master" ? ("; " + s.weight_update + " bf16 updates").c_str()
+                                            : "");
   std::printf("  allocations  %.1f per step (%.2f from the system allocator)\n", allocations_per_step,
               system_allocations_per_step);
   return 0;

@@ -23,12 +23,17 @@
 //      bf16 ulp below the master's magnitude) instead of rounded to nearest. fp16 is not a prefix
 //      of fp32, so fp16 parameters keep a full fp32 master under this option.
 //
+//  (d) bf16 parameters without masters (`.master_weights = false`, or release_masters()): updated in
+//      place, rounded to nearest, stochastically or with a Kahan compensation (AdamOptions::bf16_update).
+//
 // Model-state bytes per parameter element (model_state_bytes(); weights + grads + masters + optimizer
 // state), with AdamW:
 //   (a) fp32 params 4 + fp32 grads 4 + moments 8                              = 16
 //   (b) 16-bit params 2 + 16-bit grads 2 + fp32 master 4 + moments 8          = 16
 //   (c) bf16 params 2 + bf16 grads 2 + low half 2 + bf16 m 2 + fp32 v 4       = 12
 //       (with exp_avg_dtype = bf16; 14 with an fp32 first moment)
+//   (d) bf16 params 2 + bf16 grads 2 + bf16 m 2 + bf16 v 2                    = 8 (stochastic)
+//       + bf16 Kahan compensation 2                                           = 10 (Kahan)
 // SGD with momentum has 4 bytes of optimizer state instead of 8 (amsgrad adds 4 to Adam).
 #pragma once
 
@@ -71,12 +76,15 @@ struct ParamState {
   Tensor master_low;
   Tensor momentum_buffer;  // SGD with momentum
   Tensor exp_avg;          // Adam/AdamW first moment (fp32, or bf16 with AdamOptions::exp_avg_dtype)
-  Tensor exp_avg_sq;       // Adam/AdamW second moment
+  Tensor exp_avg_sq;       // Adam/AdamW second moment (fp32, or bf16 with AdamOptions::exp_avg_sq_dtype)
   Tensor max_exp_avg_sq;   // Adam/AdamW with amsgrad
+  // bf16 parameter without a master under AdamOptions::bf16_update = kKahan: the bf16 compensation
+  // (the part of the intended weight that the bf16 parameter could not hold).
+  Tensor kahan_comp;
 
   // The defined tensors with PyTorch's state keys ("momentum_buffer", "exp_avg", ...; "master" for
-  // the master weight, "master_low" for a packed master's lower half), in a fixed order: what a
-  // checkpoint writer serialises (state_dict() entries never hold "master_low").
+  // the master weight, "master_low" for a packed master's lower half, "kahan_comp"), in a fixed
+  // order: what a checkpoint writer serialises (state_dict() entries never hold "master_low").
   std::vector<std::pair<std::string, Tensor>> named_tensors() const;
   // Deep copy.
   ParamState clone() const;
@@ -93,7 +101,7 @@ struct OptimizerStateDict {
 // Bytes held by the optimizer state (storage bytes as counted by mt::memory).
 struct StateBytes {
   int64_t moments = 0;  // momentum buffers and Adam moments
-  int64_t masters = 0;  // fp32 master weights, or the lower halves of packed masters
+  int64_t masters = 0;  // fp32 master weights, the lower halves of packed masters, Kahan compensations
   int64_t total() const { return moments + masters; }
 };
 
@@ -188,6 +196,10 @@ class Optimizer {
   void pack_masters();
   // True when some parameter has a packed master.
   bool has_packed_masters() const;
+  // Drops the fp32 masters (full or packed) of the bf16 parameters, which the optimizer then updates
+  // in place: mode (d). Each parameter keeps its current value (its master rounded to nearest, or
+  // truncated for a packed master). fp16 parameters keep their masters. Idempotent.
+  void release_masters();
 
  protected:
   Optimizer() = default;

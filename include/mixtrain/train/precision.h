@@ -16,6 +16,14 @@
 //               2, master low half 2, m 2, v 4). The master is exact; the forward pass sees it
 //               truncated to bf16 instead of rounded to nearest.
 //
+//   weight_update  bf16 parameters only: how an update reaches a weight.
+//               master (default): through the fp32 master (mode b, or c with compact_state)
+//               stochastic: no master; the bf16 weight is updated in place with stochastic rounding,
+//                 AdamW's moments in bf16 (v stochastically rounded too): 8 bytes per parameter
+//               kahan: no master; round to nearest plus a bf16 Kahan compensation, bf16 moments:
+//                 10 bytes per parameter
+//               (optim/adam.h explains the modes; rounding_seed seeds the stochastic bits.)
+//
 // The CLI spells the parameter dtype `--master-weights fp32|bf16|fp16`: "fp32" means the fp32
 // parameters are themselves the master weights; "bf16"/"fp16" means 16-bit parameters whose fp32
 // masters live in the optimizer.
@@ -34,6 +42,7 @@ namespace mixtrain::train {
 
 enum class Precision { kFP32, kBF16, kFP16 };
 enum class ScalerMode { kAuto, kOn, kOff };
+enum class WeightUpdate { kMaster, kStochastic, kKahan };
 
 struct PrecisionConfig {
   Precision precision = Precision::kFP32;
@@ -42,6 +51,10 @@ struct PrecisionConfig {
   DType param_dtype = kFloat32;
   // Packed masters + bf16 first moment (see above); needs param_dtype == kBFloat16.
   bool compact_state = false;
+  // How updates reach bf16 weights (see above); anything but kMaster needs param_dtype == kBFloat16
+  // and no compact_state.
+  WeightUpdate weight_update = WeightUpdate::kMaster;
+  uint64_t rounding_seed = 0;
   // GradScaler settings when the scaler is on (`enabled` is ignored: the scaler rule decides).
   amp::GradScalerOptions scaler_options = {};
 };
@@ -49,6 +62,7 @@ struct PrecisionConfig {
 // "fp32", "bf16", "fp16".
 std::string_view to_string(Precision precision);
 std::string_view to_string(ScalerMode mode);
+std::string_view to_string(WeightUpdate mode);  // "master", "stochastic", "kahan"
 // The CLI spelling of a parameter dtype: "fp32", "bf16", "fp16".
 std::string_view short_dtype_name(DType dtype);
 
@@ -56,6 +70,7 @@ std::string_view short_dtype_name(DType dtype);
 // values otherwise.
 Precision parse_precision(std::string_view text);
 ScalerMode parse_scaler_mode(std::string_view text);
+WeightUpdate parse_weight_update(std::string_view text);
 DType parse_param_dtype(std::string_view text);
 
 // The autocast dtype of a precision; nullopt for fp32 (no autocast region).
@@ -75,8 +90,11 @@ void validate(const PrecisionConfig& config);
 void prepare_model(nn::Module& model, const PrecisionConfig& config);
 
 // Puts the optimizer's state in the layout config asks for: with compact_state, packs the masters
-// (Optimizer::pack_masters) and sets an Adam/AdamW's exp_avg_dtype to bf16 in every group; nothing
-// otherwise. Exact (the masters keep their values); call it before training. The Trainer calls it.
+// (Optimizer::pack_masters) and sets an Adam/AdamW's exp_avg_dtype to bf16 in every group; with a
+// stochastic or Kahan weight_update, releases the bf16 masters (Optimizer::release_masters) and sets
+// an Adam/AdamW's bf16_update, rounding_seed and both moment dtypes (bf16); nothing otherwise (mt::Error
+// for a non-Adam optimizer with a non-master weight_update). Call it before training. The Trainer
+// calls it.
 void prepare_optimizer(optim::Optimizer& optimizer, const PrecisionConfig& config);
 
 }  // namespace mixtrain::train

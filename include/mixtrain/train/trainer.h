@@ -48,7 +48,7 @@
 // gradient clipping, and a fingerprint of the training data. load_checkpoint() refuses a checkpoint
 // whose settings differ from this run's, listing every difference, unless each differing setting is
 // named in options.resume_overrides (not allowed for those that fix the state's layout or the data
-// position: model, precision, scaler, master_weights, compact_state, optimizer, batch_size, shuffle,
+// position: model, precision, scaler, master_weights, compact_state, weight_update, optimizer, batch_size, shuffle,
 // drop_last, train_size); the overridden settings then take this run's values. Every value loaded
 // (position, counters, optimizer, scaler and generator state) is range-checked.
 //
@@ -215,6 +215,7 @@ struct TrainSummary {
   bool scaler = false;
   std::string master_weights;  // parameter dtype: "fp32", "bf16", "fp16"
   bool compact_state = false;  // PrecisionConfig::compact_state
+  std::string weight_update = "master";  // PrecisionConfig::weight_update: "master", "stochastic", "kahan"
   double epochs = 0;           // steps / batches_per_epoch
   int64_t steps = 0;           // global steps completed (including a resumed run's earlier ones)
   int64_t steps_this_run = 0;

@@ -24,6 +24,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -51,6 +52,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/elementwise.h"
 #include "mixtrain/cpu.h"
+#include "mixtrain/random.h"
 
 namespace mixtrain::kernels {
 namespace {
@@ -353,26 +355,54 @@ AdamScalars adam_scalars(const AdamHyper& h, int64_t t) {
   return c;
 }
 
-// The portable path: each step of the update is a branch-free loop over an fp32 block. M is the
-// storage type of exp_avg (float or bfloat16).
-template <typename T, typename M>
-void adam_chunk(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e) {
+// 32 random bits for each element [s, s + n) of the parameter with stream id `stream` (kernels/optim.h,
+// rounding_key): the low half rounds the parameter, the high half the second moment.
+void rounding_bits(uint64_t key, uint32_t stream, int64_t s, int64_t n, uint32_t* out) {
+  for (int64_t j = 0; j < n;) {
+    const uint64_t e = static_cast<uint64_t>(s + j);
+    const std::array<uint32_t, 4> r = random::philox(e / 4, key, stream);
+    for (uint64_t k = e % 4; k < 4 && j < n; ++k, ++j) out[j] = r[k];
+  }
+}
+
+// The portable path: each step of the update is a branch-free loop over an fp32 block. M and V are
+// the storage types of exp_avg and exp_avg_sq (float or bfloat16).
+template <typename T, typename M, typename V>
+void adam_chunk(const AdamTensors& t, const AdamScalars& c, const AdamHyper& h, int64_t b, int64_t e) {
   const ParamBlocks<T> p = param_blocks<T>(t.param, t.master, t.master_low);
   const T* grad = host_ptr<T>(t.grad);
   M* m_all = host_ptr<M>(t.exp_avg);
-  float* v_all = host_ptr<float>(t.exp_avg_sq);
+  V* v_all = host_ptr<V>(t.exp_avg_sq);
   float* vmax_all = c.amsgrad ? host_ptr<float>(t.max_exp_avg_sq) : nullptr;
-  alignas(64) float g[kBlock], x[kBlock], d[kBlock], mbuf[kBlock];
+  // bf16 parameters without a master: Kahan-compensated or stochastically rounded when asked.
+  bfloat16* comp_all = nullptr;
+  bool sr_param = false;
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (p.master == nullptr && p.low == nullptr) {
+      comp_all = t.kahan_comp.defined() ? host_ptr<bfloat16>(t.kahan_comp) : nullptr;
+      sr_param = comp_all == nullptr && h.stochastic_rounding;
+    }
+  }
+  const bool random = sr_param || std::is_same_v<V, bfloat16>;
+  const uint64_t key = random ? rounding_key(h.rounding_seed, t.step) : 0;
+  alignas(64) float g[kBlock], x[kBlock], d[kBlock], mbuf[kBlock], vbuf[kBlock], x0[kBlock], cbuf[kBlock];
+  alignas(64) uint32_t bits[kBlock];
   for (int64_t s = b; s < e; s += kBlock) {
     const int64_t n = std::min(kBlock, e - s);
+    if (random) rounding_bits(key, t.stream, s, n, bits);
     float* m = mbuf;
     if constexpr (std::is_same_v<M, float>)
       m = m_all + s;
     else
       load_block(m_all + s, mbuf, n);
-    float* v = v_all + s;
+    float* v = vbuf;
+    if constexpr (std::is_same_v<V, float>)
+      v = v_all + s;
+    else
+      load_block(v_all + s, vbuf, n);
     load_grad(grad, s, g, n, c.inv);
     p.load(s, x, n);
+    if (comp_all != nullptr) std::memcpy(x0, x, static_cast<size_t>(n) * sizeof(float));
     if (c.wd != 0.0f) {
       if (c.decoupled)
         for (int64_t j = 0; j < n; ++j) x[j] = x[j] * c.decay;  // param.mul_(1 - lr * weight_decay)
@@ -388,6 +418,12 @@ void adam_chunk(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e
       load_block(m_all + s, mbuf, n);
     }
     for (int64_t j = 0; j < n; ++j) v[j] = v[j] * c.b2 + c.one_minus_b2 * g[j] * g[j];  // mul_(b2).addcmul_(g, g, 1-b2)
+    if constexpr (!std::is_same_v<V, float>) {  // stochastically rounded; the update reads v as stored
+      for (int64_t j = 0; j < n; ++j) {
+        v_all[s + j] = bfloat16::from_bits(bf16_bits_stochastic(v[j], static_cast<uint16_t>(bits[j] >> 16)));
+        v[j] = static_cast<float>(v_all[s + j]);
+      }
+    }
     const float* vhat = v;
     if (vmax_all != nullptr) {  // torch.maximum(max_exp_avg_sq, exp_avg_sq): NaN propagates
       float* vmax = vmax_all + s;
@@ -398,6 +434,28 @@ void adam_chunk(const AdamTensors& t, const AdamScalars& c, int64_t b, int64_t e
     sqrt_block(d, n);
     // denom = sqrt(v_hat) / sqrt(bias_correction2) + eps; param.addcdiv_(exp_avg, denom, value=-step_size)
     for (int64_t j = 0; j < n; ++j) x[j] = x[j] + c.neg_step_size * (m[j] / (d[j] / c.bc2_sqrt + c.eps));
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      if (comp_all != nullptr) {
+        // Kahan: the intended value is the old weight plus this update plus the carried compensation;
+        // the weight takes it rounded to nearest and the compensation what the rounding dropped
+        // (sum - rounded is exact in fp32), itself rounded to bf16.
+        bfloat16* param = p.param + s;
+        bfloat16* comp = comp_all + s;
+        load_block(comp, cbuf, n);
+        for (int64_t j = 0; j < n; ++j) {
+          const float sum = x0[j] + ((x[j] - x0[j]) + cbuf[j]);
+          param[j] = bfloat16(sum);
+          cbuf[j] = sum - static_cast<float>(param[j]);
+        }
+        store_block(cbuf, comp, n);
+        continue;
+      }
+      if (sr_param) {
+        for (int64_t j = 0; j < n; ++j)
+          p.param[s + j] = bfloat16::from_bits(bf16_bits_stochastic(x[j], static_cast<uint16_t>(bits[j])));
+        continue;
+      }
+    }
     p.store(s, x, n);
   }
 }
@@ -605,7 +663,7 @@ MT_AVX2_NOFMA_TARGET void adam_chunk_avx2(const AdamTensors& t, const AdamScalar
       store8(param + i, x);
     }
   }
-  if (i < e) adam_chunk<T, M>(t, c, i, e);
+  if (i < e) adam_chunk<T, M, float>(t, c, {}, i, e);
 }
 #endif
 
@@ -716,6 +774,14 @@ void adam_step_cpu(const std::vector<AdamTensors>& tensors, const AdamHyper& h) 
                        "adam_step: missing moments");
     MT_INTERNAL_ASSERT(t.exp_avg.is_contiguous() && (t.exp_avg.dtype() == kFloat32 || t.exp_avg.dtype() == kBFloat16),
                        "adam_step: exp_avg must be contiguous float32 or bfloat16");
+    MT_INTERNAL_ASSERT(t.exp_avg_sq.is_contiguous() &&
+                           (t.exp_avg_sq.dtype() == kFloat32 || t.exp_avg_sq.dtype() == kBFloat16),
+                       "adam_step: exp_avg_sq must be contiguous float32 or bfloat16");
+    MT_INTERNAL_ASSERT(!t.kahan_comp.defined() ||
+                           (t.param.dtype() == kBFloat16 && !t.master.defined() && !t.master_low.defined() &&
+                            t.kahan_comp.dtype() == kBFloat16 && t.kahan_comp.is_contiguous() &&
+                            t.kahan_comp.numel() == t.param.numel()),
+                       "adam_step: bad Kahan compensation");
   }
   cpu::Isa isa = cpu::Isa::kGeneric;
 #if MT_OPTIM_X86
@@ -723,16 +789,20 @@ void adam_step_cpu(const std::vector<AdamTensors>& tensors, const AdamHyper& h) 
 #endif
   run_step(tensors, [&]<typename T>(const AdamTensors& t, int64_t b, int64_t e) {
     const AdamScalars c = adam_scalars(h, t.step);
-    const bool m_bf16 = t.exp_avg.dtype() == kBFloat16;
+    const bool m_bf16 = t.exp_avg.dtype() == kBFloat16, v_bf16 = t.exp_avg_sq.dtype() == kBFloat16;
+    // The register kernels cover round-to-nearest stores and an fp32 second moment.
+    const bool plain = !v_bf16 && !t.kahan_comp.defined() &&
+                       !(h.stochastic_rounding && std::is_same_v<T, bfloat16> && !t.master.defined() &&
+                         !t.master_low.defined());
 #if MT_OPTIM_X86
-    if (isa >= cpu::Isa::kAvx512) {
+    if (plain && isa >= cpu::Isa::kAvx512) {
       if (m_bf16)
         adam_chunk_avx512<T, bfloat16>(t, c, b, e);
       else
         adam_chunk_avx512<T, float>(t, c, b, e);
       return;
     }
-    if (isa >= cpu::Isa::kAvx2) {
+    if (plain && isa >= cpu::Isa::kAvx2) {
       if (m_bf16)
         adam_chunk_avx2<T, bfloat16>(t, c, b, e);
       else
@@ -740,10 +810,14 @@ void adam_step_cpu(const std::vector<AdamTensors>& tensors, const AdamHyper& h) 
       return;
     }
 #endif
-    if (m_bf16)
-      adam_chunk<T, bfloat16>(t, c, b, e);
+    if (m_bf16 && v_bf16)
+      adam_chunk<T, bfloat16, bfloat16>(t, c, h, b, e);
+    else if (m_bf16)
+      adam_chunk<T, bfloat16, float>(t, c, h, b, e);
+    else if (v_bf16)
+      adam_chunk<T, float, bfloat16>(t, c, h, b, e);
     else
-      adam_chunk<T, float>(t, c, b, e);
+      adam_chunk<T, float, float>(t, c, h, b, e);
   });
 }
 

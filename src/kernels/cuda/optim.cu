@@ -317,6 +317,15 @@ void adam_step_cuda(const std::vector<AdamTensors>& tensors, const AdamHyper& h)
   c.inv = h.inv_scale;
   c.decoupled = h.decoupled_weight_decay;
   c.amsgrad = h.amsgrad;
+  // The CUDA kernel rounds every store to nearest: the stochastic and Kahan modes of bf16 parameters
+  // without masters and a bf16 second moment run on the CPU only so far.
+  for (const AdamTensors& t : tensors) {
+    const bool sr_param = h.stochastic_rounding && t.param.dtype() == kBFloat16 && !t.master.defined() &&
+                          !t.master_low.defined();
+    MT_CHECK(!sr_param && !t.kahan_comp.defined() && t.exp_avg_sq.dtype() == kFloat32,
+             "Adam on CUDA: stochastic rounding, Kahan-compensated bf16 weights and a bf16 second moment are not ",
+             "implemented for CUDA tensors yet (they run on the CPU); use fp32 masters (master_weights = true)");
+  }
   // Parameters are grouped by (param dtype, moment dtype): one kernel instantiation per group.
   for (DType pd : {kFloat32, kFloat16, kBFloat16})
     for (DType md : {kFloat32, kBFloat16}) {
