@@ -31,14 +31,15 @@ std::string_view to_string(WeightUpdate mode) {
     case WeightUpdate::kMaster: return "master";
     case WeightUpdate::kStochastic: return "stochastic";
     case WeightUpdate::kKahan: return "kahan";
+    case WeightUpdate::kNearest: return "nearest";
   }
   return "?";
 }
 
 WeightUpdate parse_weight_update(std::string_view text) {
-  for (WeightUpdate m : {WeightUpdate::kMaster, WeightUpdate::kStochastic, WeightUpdate::kKahan})
+  for (WeightUpdate m : {WeightUpdate::kMaster, WeightUpdate::kStochastic, WeightUpdate::kKahan, WeightUpdate::kNearest})
     if (text == to_string(m)) return m;
-  MT_FAIL("unknown weight update '", text, "' (valid: master, stochastic, kahan)");
+  MT_FAIL("unknown weight update '", text, "' (valid: master, stochastic, kahan, nearest)");
 }
 
 std::string_view short_dtype_name(DType dtype) {
@@ -120,7 +121,8 @@ void prepare_optimizer(optim::Optimizer& optimizer, const PrecisionConfig& confi
     for (size_t g = 0; g < adam->num_param_groups(); ++g) {
       optim::AdamOptions& o = adam->options(g);
       o.bf16_update = config.weight_update == WeightUpdate::kStochastic ? optim::Bf16Update::kStochastic
-                                                                        : optim::Bf16Update::kKahan;
+                      : config.weight_update == WeightUpdate::kKahan    ? optim::Bf16Update::kKahan
+                                                                        : optim::Bf16Update::kNearest;
       o.rounding_seed = config.rounding_seed;
       o.exp_avg_dtype = kBFloat16;
       o.exp_avg_sq_dtype = kBFloat16;

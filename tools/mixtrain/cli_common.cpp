@@ -110,8 +110,9 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "With --precision bf16 --master-weights bf16: how updates reach the bf16 weights: master (fp32 "
                    "master weights, 16 bytes of model state per parameter, 12 with --compact-state), stochastic (no "
                    "masters, stochastic rounding, bf16 AdamW moments: 8 bytes) or kahan (no masters, a bf16 Kahan "
-                   "compensation, bf16 moments: 10 bytes); seeded by --seed")
-        ->check(CLI::IsMember({"master", "stochastic", "kahan"}))
+                   "compensation, bf16 moments: 10 bytes); seeded by --seed. nearest (no masters, round to nearest: 8 "
+                   "bytes, updates below half a bf16 step are lost) is there for comparison")
+        ->check(CLI::IsMember({"master", "stochastic", "kahan", "nearest"}))
         ->capture_default_str();
     app.add_flag("--checkpoint-activations", a.checkpoint_activations,
                  "Activation checkpointing: keep only each transformer block's input (gpt models) or each of about "

@@ -40,7 +40,7 @@ struct RunArgs {
   std::string master_weights = "fp32";
   bool checkpoint_activations = false;  // --checkpoint-activations: recompute block activations in backward
   bool compact_state = false;  // --compact-state: packed fp32 masters + bf16 first moment (bf16 parameters)
-  std::string weight_update = "master";  // --weight-update: master, stochastic, kahan (bf16 parameters)
+  std::string weight_update = "master";  // --weight-update: master, stochastic, kahan, nearest (bf16 parameters)
   int64_t epochs = 1;
   int64_t steps = 0;
   int64_t batch_size = 128;

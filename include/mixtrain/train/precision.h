@@ -22,6 +22,9 @@
 //                 AdamW's moments in bf16 (v stochastically rounded too): 8 bytes per parameter
 //               kahan: no master; round to nearest plus a bf16 Kahan compensation, bf16 moments:
 //                 10 bytes per parameter
+//               nearest: no master; round to nearest, bf16 moments (v stochastically rounded): 8
+//                 bytes, and every update below half a bf16 ulp of its weight is lost (what a
+//                 model simply converted to bf16 does); for comparisons
 //               (optim/adam.h explains the modes; rounding_seed seeds the stochastic bits.)
 //
 // The CLI spells the parameter dtype `--master-weights fp32|bf16|fp16`: "fp32" means the fp32
@@ -42,7 +45,7 @@ namespace mixtrain::train {
 
 enum class Precision { kFP32, kBF16, kFP16 };
 enum class ScalerMode { kAuto, kOn, kOff };
-enum class WeightUpdate { kMaster, kStochastic, kKahan };
+enum class WeightUpdate { kMaster, kStochastic, kKahan, kNearest };
 
 struct PrecisionConfig {
   Precision precision = Precision::kFP32;
@@ -62,7 +65,7 @@ struct PrecisionConfig {
 // "fp32", "bf16", "fp16".
 std::string_view to_string(Precision precision);
 std::string_view to_string(ScalerMode mode);
-std::string_view to_string(WeightUpdate mode);  // "master", "stochastic", "kahan"
+std::string_view to_string(WeightUpdate mode);  // "master", "stochastic", "kahan", "nearest"
 // The CLI spelling of a parameter dtype: "fp32", "bf16", "fp16".
 std::string_view short_dtype_name(DType dtype);
 
