@@ -9,7 +9,9 @@ Precisions: fp32; bf16 = torch.autocast("cpu", dtype=torch.bfloat16) around forw
 torch.amp.GradScaler("cpu") (PyTorch 2.4 and later; refused on older versions, which have no fp16
 CPU autocast). The step is the same as mixtrain's: zero_grad(set_to_none), forward, cross-entropy,
 backward, (unscale and inf check,) AdamW(lr 1e-3, weight decay 0.01). --compile runs the model
-through torch.compile (inductor; its compilation happens in the warm-up steps).
+through torch.compile (inductor; its compilation happens in the warm-up steps). --detect-anomaly
+runs every step under torch.autograd.detect_anomaly(check_nan=True), PyTorch's NaN finder (the
+counterpart of `mixtrain bench --find-nonfinite-origin`).
 
 Data path: like `mixtrain bench`, every step trains on a new batch: a synthetic dataset of
 (warmup + steps) x batch examples is made up front and each step gathers its batch from it by a
@@ -56,6 +58,8 @@ def main():
     p.add_argument("--embed", type=int, default=None, help="gpt only: embedding width C")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
+    p.add_argument("--detect-anomaly", action="store_true",
+                   help="run each step under torch.autograd.detect_anomaly(check_nan=True)")
     args = p.parse_args()
     if args.precision == "fp16" and not hasattr(torch.amp, "GradScaler"):
         sys.exit(f"pytorch_bench: torch {torch.__version__} has no CPU fp16 autocast with GradScaler (needs 2.4+)")
@@ -78,6 +82,12 @@ def main():
     scaler = torch.amp.GradScaler("cpu") if args.precision == "fp16" else None
 
     def step(i):
+        if args.detect_anomaly:
+            with torch.autograd.detect_anomaly(check_nan=True):
+                return plain_step(i)
+        return plain_step(i)
+
+    def plain_step(i):
         idx = order[i * args.batch_size:(i + 1) * args.batch_size]
         x, y = data_x[idx], data_y[idx]  # a new batch every step, gathered as a DataLoader would
         opt.zero_grad(set_to_none=True)
@@ -110,6 +120,7 @@ def main():
         "model": args.model,
         "precision": args.precision,
         "compiled": args.compile,
+        "detect_anomaly": args.detect_anomaly,
         "cpu_capability": torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "n/a",
         "batch_size": args.batch_size,
         "threads": torch.get_num_threads(),

@@ -85,6 +85,9 @@ class Node : public std::enable_shared_from_this<Node> {
   uint32_t num_outputs = 1;
   uint64_t sequence_nr = 0;  // creation order; later nodes run first among ready ones
   bool released = false;
+  // The module scope the forward op ran in (current_scope() at record time), kept only while op
+  // observers are registered; "" otherwise.
+  std::string scope;
 };
 
 // The node type that ops use: a name, a backward function and the edges to their inputs.
@@ -138,6 +141,40 @@ class ForwardInBackwardScope {
   int depth_;
   bool grad_mode_;
 };
+
+// ---- Observing ops: what the numerics monitor and the non-finite origin finder see.
+//
+// An observer is called for every recorded op right after its forward (from record(): the outputs
+// are computed, so only ops that record a node are seen, i.e. ops on tensors requiring grad in grad
+// mode) and for every node the engine runs in backward, after it returned its gradients. Observers
+// run on the thread that runs the op, in registration order, and must not throw. While none is
+// registered, record() and the engine pay one relaxed atomic load each.
+struct OpEvent {
+  const char* op;             // the node's name ("linear", "gelu", ...)
+  bool backward;              // false: the op's forward; true: its backward node
+  const std::string& scope;   // the module path the forward ran in ("" outside any scope)
+  const TensorList& inputs;   // forward: the op's inputs; backward: the gradients arriving at its outputs
+  const TensorList& outputs;  // forward: its outputs; backward: the gradients it returns for its inputs
+};
+using OpObserver = std::function<void(const OpEvent&)>;
+uint64_t add_op_observer(OpObserver observer);
+void remove_op_observer(uint64_t id);
+bool has_op_observers();
+
+// Module scopes, a thread-local stack of names: nn::Module::operator() pushes the module's scope
+// name (its path in the model, set by nn::Module::set_scope_names) while observers are registered.
+class ScopeGuard {
+ public:
+  explicit ScopeGuard(const std::string* name);  // nullptr: no scope pushed
+  ~ScopeGuard();
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+// The innermost scope's name, or "" when none.
+const std::string& current_scope();
 
 // Returns d(outputs)/d(inputs) . grad_outputs without touching .grad (like torch.autograd.grad).
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},

@@ -3,8 +3,10 @@
 // creation order, newest first, like PyTorch). Gradients arriving at the same input are summed.
 // The pass runs with grad mode off: mixtrain does not build graphs of graphs.
 #include <atomic>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
@@ -16,6 +18,26 @@ namespace {
 thread_local bool grad_mode_enabled = true;
 thread_local int backward_depth = 0;
 std::atomic<uint64_t> next_sequence_nr{0};
+
+// Op observers: a registry under a mutex, and a count read without it on every op.
+std::atomic<int> observer_count{0};
+std::mutex observer_mutex;
+std::vector<std::pair<uint64_t, autograd::OpObserver>>& observers() {
+  static std::vector<std::pair<uint64_t, autograd::OpObserver>> list;
+  return list;
+}
+uint64_t next_observer_id = 0;
+
+void notify(const autograd::OpEvent& event) {
+  std::vector<autograd::OpObserver> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(observer_mutex);
+    for (const auto& [id, fn] : observers()) snapshot.push_back(fn);
+  }
+  for (const auto& fn : snapshot) fn(event);
+}
+
+thread_local std::vector<const std::string*> scope_stack;
 
 // Marks this thread as running the engine (autocast reads it: backward runs in the forward's dtypes).
 struct BackwardScope {
@@ -32,6 +54,34 @@ void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 namespace autograd {
 
 bool in_backward() { return backward_depth > 0; }
+
+uint64_t add_op_observer(OpObserver observer) {
+  std::lock_guard<std::mutex> lock(observer_mutex);
+  observers().emplace_back(next_observer_id, std::move(observer));
+  observer_count.store(static_cast<int>(observers().size()), std::memory_order_relaxed);
+  return next_observer_id++;
+}
+
+void remove_op_observer(uint64_t id) {
+  std::lock_guard<std::mutex> lock(observer_mutex);
+  std::erase_if(observers(), [id](const auto& entry) { return entry.first == id; });
+  observer_count.store(static_cast<int>(observers().size()), std::memory_order_relaxed);
+}
+
+bool has_op_observers() { return observer_count.load(std::memory_order_relaxed) > 0; }
+
+ScopeGuard::ScopeGuard(const std::string* name) : pushed_(name != nullptr) {
+  if (pushed_) scope_stack.push_back(name);
+}
+
+ScopeGuard::~ScopeGuard() {
+  if (pushed_) scope_stack.pop_back();
+}
+
+const std::string& current_scope() {
+  static const std::string none;
+  return scope_stack.empty() ? none : *scope_stack.back();
+}
 
 ForwardInBackwardScope::ForwardInBackwardScope() : depth_(backward_depth), grad_mode_(grad_mode_enabled) {
   backward_depth = 0;
@@ -196,7 +246,14 @@ TensorList execute(const TensorList& roots, const TensorList& grad_roots, bool r
     }
     const bool is_accumulator = dynamic_cast<AccumulateGrad*>(node) != nullptr;
     if (is_accumulator && !capture.empty()) continue;
+    const bool observed = !is_accumulator && has_op_observers();
+    TensorList incoming;
+    if (observed) incoming = s.buffer;  // handles only: the observers see what arrived
     TensorList grads = node->apply(std::move(s.buffer));
+    if (observed) {
+      const std::string name = node->name();
+      notify({name.c_str(), true, node->scope, incoming, grads});
+    }
     s.buffer.clear();
     if (!retain_graph) node->release_saved();
     MT_INTERNAL_ASSERT(is_accumulator || grads.size() == node->next_edges.size(), "node ", node->name(), " returned ",
@@ -253,6 +310,10 @@ std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const T
     meta.requires_grad = true;
     meta.grad_fn = node;
     meta.output_nr = static_cast<uint32_t>(i);
+  }
+  if (has_op_observers()) {
+    node->scope = current_scope();
+    notify({name, false, node->scope, inputs, outputs});
   }
   return node;
 }

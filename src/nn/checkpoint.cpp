@@ -21,7 +21,7 @@ namespace {
 using Modules = std::vector<std::shared_ptr<Module>>;
 
 Tensor run(const Modules& modules, Tensor x) {
-  for (const auto& m : modules) x = m->forward(x);
+  for (const auto& m : modules) x = (*m)(x);
   return x;
 }
 

@@ -14,7 +14,7 @@ Tensor Sequential::forward(const Tensor& x) {
   const auto& children = named_children();
   Tensor y = x;
   if (checkpoint_segments_ == 0 || !GradMode::is_enabled()) {
-    for (const auto& [name, child] : children) y = child->forward(y);
+    for (const auto& [name, child] : children) y = (*child)(y);
     return y;
   }
   const size_t n = children.size();
@@ -27,7 +27,7 @@ Tensor Sequential::forward(const Tensor& x) {
     if (s + 1 < segments) {
       y = checkpoint(segment, y);
     } else {
-      for (const auto& m : segment) y = m->forward(y);
+      for (const auto& m : segment) y = (*m)(y);
     }
     begin = end;
   }

@@ -197,6 +197,10 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
+void Module::set_scope_names() {
+  for (auto& [name, module] : named_modules()) module->scope_name_ = name;
+}
+
 void Module::apply(const std::function<void(Module&)>& fn) {
   fn(*this);
   for (auto& c : children_) c.second->apply(fn);

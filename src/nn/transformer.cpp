@@ -28,7 +28,7 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
            "): expected an input [B, T, ", embed_dim_, "], got ", describe(x));
   // qkv(x) is [B, T, 3C] = [B, T, (q|k|v), H, D]; the fused op reads the heads in place and
   // returns [B, T, C] with heads side by side, the projection's input layout: no copies.
-  return proj_->forward(functional::qkv_attention(qkv_->forward(x), num_heads_, causal_));
+  return (*proj_)(functional::qkv_attention((*qkv_)(x), num_heads_, causal_));
 }
 
 std::string MultiheadAttention::extra_repr() const {
@@ -57,17 +57,21 @@ TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t num_heads, Transfo
 // The MLP as built (Linear, exact GELU, Linear) runs its second half as gelu_linear, which keeps
 // one [B, T, hidden] activation for backward instead of two; anything else runs as a Sequential.
 Tensor TransformerBlock::forward(const Tensor& x) {
-  Tensor h = x + attn_->forward(ln1_->forward(x));
-  const Tensor u = ln2_->forward(h);
+  Tensor h = x + (*attn_)((*ln1_)(x));
+  const Tensor u = (*ln2_)(h);
   const Sequential& mlp = *mlp_;
   if (mlp.size() == 3) {
     auto fc1 = std::dynamic_pointer_cast<Linear>(mlp[0]);
     auto act = std::dynamic_pointer_cast<GELU>(mlp[1]);
     auto fc2 = std::dynamic_pointer_cast<Linear>(mlp[2]);
-    if (fc1 && fc2 && act && act->approximate() == GeluApproximation::kNone)
-      return h + functional::gelu_linear(fc1->forward(u), fc2->weight(), fc2->bias());
+    if (fc1 && fc2 && act && act->approximate() == GeluApproximation::kNone) {
+      const Tensor a = (*fc1)(u);
+      // The fused GELU + second Linear belongs to the MLP's scope (for op observers).
+      autograd::ScopeGuard scope(autograd::has_op_observers() ? &mlp_->scope_name() : nullptr);
+      return h + functional::gelu_linear(a, fc2->weight(), fc2->bias());
+    }
   }
-  return h + mlp_->forward(u);
+  return h + (*mlp_)(u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -95,9 +99,9 @@ Tensor GPT::forward(const Tensor& tokens) {
   MT_CHECK(T >= 1 && T <= config_.context, "GPT: sequence length ", T, " must be in [1, context = ", config_.context,
            "]");
   Tensor pos = arange(T);                                         // [T] int64
-  Tensor x = tok_emb_->forward(tokens) + pos_emb_->forward(pos);  // [B, T, C] + [T, C]
-  x = blocks_->forward(x);
-  return head_->forward(ln_f_->forward(x));  // [B, T, V]
+  Tensor x = (*tok_emb_)(tokens) + (*pos_emb_)(pos);  // [B, T, C] + [T, C]
+  x = (*blocks_)(x);
+  return (*head_)((*ln_f_)(x));  // [B, T, V]
 }
 
 void GPT::set_checkpoint_activations(bool enabled) {

@@ -207,6 +207,9 @@ Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data:
   MT_CHECK(options_.loss_fn != nullptr, "Trainer: loss_fn is empty");
   MT_CHECK(loader_.size() > 0, "Trainer: the training set (", train_data_->size(), " examples) holds no full batch of ",
            options_.batch_size);
+  if (options_.find_nonfinite_origin) origin_ = std::make_unique<nn::NonFiniteOrigin>(model);
+  if (!options_.numerics_report_dir.empty())
+    numerics_ = std::make_unique<nn::NumericsMonitor>(model, nn::NumericsOptions{.every = options_.numerics_every});
 }
 
 Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dataset& train_data,
@@ -271,6 +274,7 @@ std::string Trainer::divergence_message(const std::string& cause, double loss, c
                           "' already holds inf or NaN (the update of the step before overflowed it)");
   else if (!grad_name.empty())
     msg += detail::concat("; the first gradient with inf or NaN is that of '", grad_name, "'");
+  if (origin_ && origin_->found()) msg += ". Origin: " + origin_->report()->to_string();
   return msg + ". The update was not applied and the last checkpoint and model files are unchanged. Lower the "
                "learning rate, train in bf16 or fp32, or skip such steps (on_nonfinite = skip, --on-nonfinite skip)";
 }
@@ -320,6 +324,8 @@ void Trainer::sync_after_backward(StepInfo& info) {
 StepInfo Trainer::train_step(const data::Batch& batch) {
   StepInfo info;
   const Device device = model_device();
+  if (origin_) origin_->begin_step(step_ + 1);
+  if (numerics_) numerics_->begin_step(step_ + 1, scaler_.is_enabled() ? scaler_.get_scale() : 1.0);
   if (options_.lr_schedule) {
     optimizer_->set_lr(options_.lr_schedule(step_));
   } else if (options_.lr_decay == LrDecay::kCosine) {
@@ -341,6 +347,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
   bool stepped = true;
   if (scaler_.is_enabled()) {
     scaler_.scale(loss).backward();
+    if (numerics_) numerics_->record_parameters(), numerics_->end_step();
     sync_after_backward(info);
     if (options_.after_backward) options_.after_backward();
     if (options_.clip_grad_norm) {
@@ -357,6 +364,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     scaler_.update();
   } else {
     loss.backward();
+    if (numerics_) numerics_->record_parameters(), numerics_->end_step();
     sync_after_backward(info);
     if (options_.after_backward) options_.after_backward();
     stepped = nonfinite_gate(info.loss);
@@ -367,6 +375,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
   }
   info.skipped = !stepped;
   info.lr = optimizer_->lr(0);
+  if (origin_ && origin_->found()) info.nonfinite_origin = origin_->report()->to_string();
   return info;
 }
 
@@ -388,9 +397,11 @@ struct Trainer::RunState {
 };
 
 void Trainer::log_step(RunState& run, const StepInfo& info) {
-  if (run.metrics.is_open() && (info.step % options_.log_every == 0 || info.step == run.total)) {
+  const bool due = info.step % options_.log_every == 0 || info.step == run.total || !info.nonfinite_origin.empty();
+  if (run.metrics.is_open() && due) {
     json j = {{"step", info.step},   {"epoch", info.epoch},     {"loss", info.loss},      {"lr", info.lr},
               {"scale", info.scale}, {"skipped", info.skipped}, {"step_ms", info.step_ms}};
+    if (!info.nonfinite_origin.empty()) j["nonfinite_origin"] = info.nonfinite_origin;
     run.metrics.write_line(j.dump());  // one checked write per line: a crash keeps every line so far
   }
   if (options_.on_step) options_.on_step(info);
@@ -547,6 +558,10 @@ TrainSummary Trainer::fit() {
   model_->train();
 
   TrainSummary summary = make_summary(run);
+  if (numerics_)
+    numerics_->write_report(options_.numerics_report_dir,
+                            detail::concat("Numerics of ", options_.model_name, ", ",
+                                           to_string(options_.precision.precision), ", steps 1-", step_));
   if (writes_files()) {
     const fs::path dir(options_.out_dir);
     save_checkpoint((dir / "checkpoint.safetensors").string());  // refuses non-finite weights

@@ -114,6 +114,17 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "bytes, updates below half a bf16 step are lost) is there for comparison")
         ->check(CLI::IsMember({"master", "stochastic", "kahan", "nearest"}))
         ->capture_default_str();
+    app.add_flag("--find-nonfinite-origin", a.find_nonfinite_origin,
+                 "Check every op's outputs, forward and backward, and name the first one that made inf or NaN from "
+                 "finite inputs (op, module, dtypes, shapes, step) in the divergence error and metrics.jsonl; "
+                 "costs one extra read of every activation and gradient");
+    app.add_option("--numerics-report", a.numerics_report,
+                   "Sample activations, gradients and parameters every --numerics-every steps against the fp16, "
+                   "bf16 and FP8 ranges and write DIR/report.md (per module and op: amax, smallest value, what would "
+                   "flush to zero or overflow, rounding error, a recommendation) and DIR/numerics.png");
+    app.add_option("--numerics-every", a.numerics_every, "Steps between two samples of --numerics-report")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+        ->capture_default_str();
     app.add_flag("--checkpoint-activations", a.checkpoint_activations,
                  "Activation checkpointing: keep only each transformer block's input (gpt models) or each of about "
                  "sqrt(n) layer segments' input (other models) and recompute the rest during backward; less memory "
@@ -310,6 +321,9 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.resume_from = a.resume;
   o.resume_overrides = a.resume_overrides;
   o.on_nonfinite = train::parse_nonfinite_policy(a.on_nonfinite);
+  o.find_nonfinite_origin = a.find_nonfinite_origin;
+  o.numerics_report_dir = a.numerics_report;
+  o.numerics_every = a.numerics_every;
   o.overwrite = a.overwrite;
   o.log_every = a.log_every;
   o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;

@@ -58,6 +58,9 @@ struct RunArgs {
   std::string resume;  // a checkpoint, or "auto": the newest in --out, else a fresh start
   std::vector<std::string> resume_overrides;
   std::string on_nonfinite = "stop";
+  bool find_nonfinite_origin = false;  // --find-nonfinite-origin
+  std::string numerics_report;         // --numerics-report DIR
+  int64_t numerics_every = 100;        // --numerics-every N
   bool overwrite = false;
   int64_t log_every = 1;
 };

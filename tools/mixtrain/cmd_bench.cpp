@@ -108,6 +108,7 @@ int run_bench(const BenchArgs& b) {
                               {"compact_state", s.compact_state},
                               {"weight_update", s.weight_update},
                               {"checkpoint_activations", a.checkpoint_activations},
+                              {"find_nonfinite_origin", a.find_nonfinite_origin},
                               {"model_state_bytes", s.model_state_bytes},
                               {"model_state_bytes_per_param", s.model_state_bytes_per_param},
                               {"allocations_per_step", allocations_per_step},

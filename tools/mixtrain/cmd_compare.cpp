@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "gnuplot.h"
 
 extern char** environ;
 
@@ -109,18 +110,6 @@ std::string markdown_table(const std::vector<std::vector<std::string>>& cells) {
   return out;
 }
 
-// Path of an executable found on $PATH, or "".
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    const fs::path p = fs::path(dir.empty() ? "." : dir) / name;
-    if (::access(p.c_str(), X_OK) == 0) return p.string();
-  }
-  return {};
-}
-
 // Writes DIR/loss.dat (a trailing moving average of each run's step loss: raw step losses are too
 // noisy to compare) and DIR/loss.gp, and runs gnuplot when it is installed. Returns whether
 // DIR/loss.png was made.
@@ -146,9 +135,6 @@ bool plot_losses(const fs::path& dir, const std::vector<Row>& rows, const std::v
     }
     io::write_file_atomic((dir / "loss.dat").string(), dat.str(), "mixtrain compare");
   }
-  // gnuplot draws into a temporary name that is renamed over loss.png once it has succeeded, so a
-  // failed or killed plot never leaves half an image.
-  const fs::path png_tmp = dir / ".loss.png.plotting";
   {
     std::ostringstream gp;
     gp << "# gnuplot script written by mixtrain compare: gnuplot loss.gp (in this directory)\n"
@@ -171,27 +157,7 @@ bool plot_losses(const fs::path& dir, const std::vector<Row>& rows, const std::v
     gp << '\n';
     io::write_file_atomic((dir / "loss.gp").string(), gp.str(), "mixtrain compare");
   }
-  const std::string gnuplot = find_on_path("gnuplot");
-  if (gnuplot.empty()) {
-    std::printf("gnuplot not found: skipped the loss plot (install gnuplot-nox; data and script are in %s)\n",
-                (dir / "loss.gp").c_str());
-    return false;
-  }
-  const std::string script = (dir / "loss.gp").string();
-  std::error_code ec;
-  const std::string out_arg = "out='" + png_tmp.string() + "'";
-  char* argv[] = {const_cast<char*>(gnuplot.c_str()), const_cast<char*>("-e"), const_cast<char*>(out_arg.c_str()),
-                  const_cast<char*>(script.c_str()), nullptr};
-  pid_t pid = 0;
-  int status = 0;
-  if (::posix_spawn(&pid, gnuplot.c_str(), nullptr, nullptr, argv, environ) != 0 || ::waitpid(pid, &status, 0) < 0 ||
-      !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::printf("gnuplot failed: no loss plot (script: %s)\n", script.c_str());
-    fs::remove(png_tmp, ec);
-    return false;
-  }
-  fs::rename(png_tmp, dir / "loss.png", ec);
-  return !ec;
+  return run_gnuplot((dir / "loss.gp").string(), (dir / "loss.png").string());
 }
 
 }  // namespace

@@ -1,17 +1,52 @@
 // mixtrain train: one training run through mt::train::Trainer.
 #include <mixtrain/error.h>
 #include <mixtrain/io/checkpoint.h>
+#include <mixtrain/io/file.h>
 #include <mixtrain/io/safetensors.h>
 #include "models.h"
 
 #include <cstdio>
+#include <fstream>
 
 #include "commands.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/nn/checkpoint.h"
+#include "gnuplot.h"
 #include "progress.h"
 
 namespace mixtrain::cli {
+
+namespace {
+
+// DIR/numerics.gp over the report's DIR/numerics.dat: each site's largest and smallest non-zero
+// magnitude against the fp16 and FP8 E4M3 ranges; runs gnuplot into DIR/numerics.png and links the
+// image from DIR/report.md. Returns whether the image was made.
+bool plot_numerics(const std::string& dir) {
+  const std::string dat = dir + "/numerics.dat", png = dir + "/numerics.png", gp = dir + "/numerics.gp";
+  const std::string script =
+      "# gnuplot script written by mixtrain train --numerics-report: gnuplot numerics.gp (in this directory)\n"
+      "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1200,540 noenhanced } "
+      "else { set terminal png size 1200,540 noenhanced }\n"
+      "if (!exists('out')) out = '" + png + "'\n"
+      "set output out\n"
+      "set title 'magnitudes per site (activations, gradients, parameters) against the fp16 and FP8 E4M3 ranges'\n"
+      "set xlabel 'site (numerics.dat row, in report.md order)'\nset ylabel '|x|'\nset logscale y\nset grid\n"
+      "set format y '10^{%L}'\nset key outside right\n"
+      "plot '" + dat + "' using 1:2 with points pt 7 ps 0.6 title 'amax', "
+      "'" + dat + "' using 1:($3 > 0 ? $3 : 1/0) with points pt 6 ps 0.6 title 'smallest non-zero', "
+      "65504 with lines dt 2 lc rgb 'red' title 'fp16 max', "
+      "2**-14 with lines dt 3 lc rgb 'red' title 'fp16 min normal', "
+      "2**-24 with lines dt 4 lc rgb 'red' title 'fp16 min subnormal', "
+      "448 with lines dt 2 lc rgb 'blue' title 'e4m3 max', "
+      "2**-9 with lines dt 4 lc rgb 'blue' title 'e4m3 min subnormal'\n";
+  io::write_file_atomic(gp, script, "mixtrain train");
+  if (!run_gnuplot(gp, png)) return false;
+  std::ofstream md(dir + "/report.md", std::ios::app);
+  md << "\n![magnitudes per site](numerics.png)\n";
+  return md.good();
+}
+
+}  // namespace
 
 CLI::App* add_train_command(CLI::App& app, RunArgs& args) {
   CLI::App* cmd = app.add_subcommand("train", "Train a model in one precision and write metrics, summary and weights");
@@ -116,6 +151,10 @@ int run_train(const RunArgs& in) {
   std::printf("  skipped steps  %lld, final scale %g\n", static_cast<long long>(s.skipped_steps), s.final_scale);
   std::printf("  wrote          %s/{metrics.jsonl, summary.json, model.safetensors, checkpoint.safetensors}\n",
               a.out.c_str());
+  if (!a.numerics_report.empty()) {
+    const bool plotted = plot_numerics(a.numerics_report);
+    std::printf("  numerics       %s/report.md%s\n", a.numerics_report.c_str(), plotted ? ", numerics.png" : "");
+  }
   return 0;
 }
 

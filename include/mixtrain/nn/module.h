@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixtrain/autograd.h"
 #include "mixtrain/tensor.h"
 
 namespace mixtrain::nn {
@@ -112,7 +113,19 @@ class Module {
 
   // The computation. The default throws: a module without forward is a pure container.
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // forward(), inside this module's scope while op observers are registered (autograd.h): what
+  // the numerics monitor and the non-finite origin finder name ops by. Containers call children
+  // this way; a module calling a child's forward() directly leaves the child's ops in its own scope.
+  Tensor operator()(const Tensor& input) {
+    if (!autograd::has_op_observers() || scope_name_.empty()) return forward(input);
+    autograd::ScopeGuard scope(&scope_name_);
+    return forward(input);
+  }
+  // The module's path in the model ("blocks.0.attn"), as set by set_scope_names on the root; "" for
+  // the root and before any set_scope_names.
+  const std::string& scope_name() const { return scope_name_; }
+  // Names every descendant's scope by its path from this module (named_modules()'s names).
+  void set_scope_names();
 
   // "Linear", "Sequential", ...: the class name, as PyTorch prints it.
   const std::string& type_name() const { return type_name_; }
@@ -199,6 +212,7 @@ class Module {
   void repr_into(std::string& out, int indent) const;
 
   std::string type_name_;
+  std::string scope_name_;
   std::vector<NamedTensor> params_;
   std::vector<Buffer> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

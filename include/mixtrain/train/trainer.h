@@ -78,6 +78,8 @@
 #include "mixtrain/error.h"
 #include "mixtrain/dist/ddp.h"
 #include "mixtrain/nn/module.h"
+#include "mixtrain/nn/nonfinite_origin.h"
+#include "mixtrain/nn/numerics_monitor.h"
 #include "mixtrain/optim/optimizer.h"
 #include "mixtrain/tensor.h"
 #include "mixtrain/train/precision.h"
@@ -109,6 +111,9 @@ struct StepInfo {
   double lr = 0;
   double scale = 1;            // loss scale the step used (1 without a scaler)
   bool skipped = false;        // the GradScaler skipped the update (inf/NaN gradient)
+  // With TrainerOptions::find_nonfinite_origin: where this step's first inf/NaN came from
+  // (NonFiniteOriginReport::to_string()), "" when none appeared.
+  std::string nonfinite_origin;
   double step_ms = 0;          // compute time of the step (data loading excluded)
   int64_t steps_this_run = 0;  // steps run by this fit() call (fewer than `step` after a resume)
   double elapsed_s = 0;        // wall time since this fit() call started
@@ -182,6 +187,15 @@ struct TrainerOptions {
   LossFn loss_fn = default_loss;
 
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
+  // Check every op's outputs, forward and backward, for the first inf/NaN (nn::NonFiniteOrigin): the
+  // divergence error, StepInfo and metrics.jsonl then name the op, module, dtypes, shapes and step
+  // that produced it. Costs about one extra read of every activation and gradient.
+  bool find_nonfinite_origin = false;
+  // Non-empty: an nn::NumericsMonitor samples every numerics_every-th step (activations, gradients,
+  // parameters against fp16, bf16 and FP8 ranges) and fit() writes its report.md and numerics.dat
+  // into this directory at the end (also when out_dir is empty).
+  std::string numerics_report_dir;
+  int64_t numerics_every = 100;
   double scaler_floor = 1.0;  // a skipped step at or below this loss scale counts as diverged
   bool overwrite = false;     // replace another run's files in out_dir
   // Settings a resume may change (their names as load_checkpoint's refusal lists them).
@@ -358,6 +372,8 @@ class Trainer {
   mutable std::optional<uint64_t> fingerprint_;  // of the training data, computed once
   Tensor found_inf_, unit_scale_;                // 0-dim fp32 scratch of the non-finite checks
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // with a process group of several ranks
+  std::unique_ptr<nn::NonFiniteOrigin> origin_;         // with options.find_nonfinite_origin
+  std::unique_ptr<nn::NumericsMonitor> numerics_;       // with options.numerics_report_dir
 
   int world_size() const { return options_.process_group ? options_.process_group->size() : 1; }
   int rank() const { return options_.process_group ? options_.process_group->rank() : 0; }
