@@ -5,7 +5,8 @@
 //
 //   adamw/<layout>/<isa>   4M parameters: fp32 (params, grads, m, v), bf16+master (bf16 params and
 //                          grads, fp32 masters and moments), compact (bf16 params, grads and m,
-//                          packed low halves, fp32 v)
+//                          packed low halves, fp32 v), kahan and stochastic (bf16 params, grads, m
+//                          and v, no masters; kahan adds its bf16 compensation)
 //   maxpool2x2/<dtype>/<isa>  [64, 32, 28, 28] -> [64, 32, 14, 14], forward and backward
 #include <benchmark/benchmark.h>
 
@@ -72,6 +73,18 @@ int main(int argc, char** argv) {
       {"bf16+master", mt::kBFloat16, {.master_weights = true}, 2 + 2 + 4 * 2 + 4 * 2 + 4 * 2},
       {"compact", mt::kBFloat16, {.master_weights = true, .packed_master = true, .exp_avg_dtype = mt::kBFloat16},
        2 * 2 + 2 + 2 * 2 + 2 * 2 + 4 * 2},
+      {"kahan", mt::kBFloat16,
+       {.master_weights = false,
+        .exp_avg_dtype = mt::kBFloat16,
+        .exp_avg_sq_dtype = mt::kBFloat16,
+        .bf16_update = mt::optim::Bf16Update::kKahan},
+       2 * 2 + 2 + 2 * 2 + 2 * 2 + 2 * 2},
+      {"stochastic", mt::kBFloat16,
+       {.master_weights = false,
+        .exp_avg_dtype = mt::kBFloat16,
+        .exp_avg_sq_dtype = mt::kBFloat16,
+        .bf16_update = mt::optim::Bf16Update::kStochastic},
+       2 * 2 + 2 + 2 * 2 + 2 * 2},
   };
   for (const AdamLayout& l : layouts)
     for (Isa level : levels)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "mixtrain/nn/numerics_monitor.h"
 
 namespace underflow_demo {
 
@@ -42,7 +43,8 @@ struct Result {
   double final_scale = 1;
 };
 
-inline Result run(Mode mode, int steps = 300, uint64_t seed = 0) {
+// With `monitor`, every step is offered to it (it samples its own steps): ops, parameters, gradients.
+inline Result run(Mode mode, int steps = 300, uint64_t seed = 0, mt::nn::NumericsMonitor* monitor = nullptr) {
   mt::Generator gen(seed);
   const int64_t n = 512, d_in = 32, hidden = 64;
   mt::Tensor x = mt::randn({n, d_in}, {}, &gen);
@@ -76,12 +78,17 @@ inline Result run(Mode mode, int steps = 300, uint64_t seed = 0) {
   r.initial_loss = plain_loss();
   for (int step = 0; step < steps; ++step) {
     opt.zero_grad();
+    if (monitor != nullptr) monitor->begin_step(step + 1, scaler.is_enabled() ? scaler.get_scale() : 1.0);
     mt::Tensor loss;
     {
       mt::amp::Autocast ac(x.device().type, dtype, autocast);
       loss = mt::mul(forward(), kLossFactor);
     }
     scaler.scale(loss).backward();
+    if (monitor != nullptr) {
+      for (const auto& [name, p] : params) monitor->record_parameter(name, p);
+      monitor->end_step();
+    }
     if (step == 0) {
       int64_t zeros = 0, total = 0;
       for (int i : {0, 2}) {  // the two weight matrices

@@ -107,12 +107,13 @@ double TensorNumerics::mean_rel_error(int f) const {
   return rel_error_count[k] > 0 ? rel_error_sum[k] / static_cast<double>(rel_error_count[k]) : 0.0;
 }
 
-std::string TensorNumerics::recommendation() const {
+std::string TensorNumerics::recommendation(bool gradient) const {
   if (nonzero_finite() == 0) return "no data";
   if (overflow[kFp16] > 0) return "bf16/fp32 (fp16 overflows)";
-  // More than 0.1% of the values flushing to zero is a visible loss (PyTorch's AMP guide scales the
-  // loss for the same reason); fewer is rounding noise.
-  if (fraction(flush[kFp16]) > 1e-3) return "fp16 with loss scaling";
+  // More than 0.1% of the values flushing to zero, or 1% losing precision in the subnormal range, is
+  // a visible loss (PyTorch's AMP guide scales the loss for the same reason); less is rounding noise.
+  if (fraction(flush[kFp16]) > 1e-3 || fraction(subnormal[kFp16]) > 1e-2)
+    return gradient ? "fp16 with loss scaling" : "bf16/fp32 (too small for fp16)";
   return "fp16 ok";
 }
 
@@ -130,10 +131,13 @@ struct NumericsMonitor::State {
   }
 };
 
-NumericsMonitor::NumericsMonitor(Module& model, NumericsOptions options)
-    : model_(&model), state_(std::make_shared<State>()) {
-  MT_CHECK(options.every >= 1, "NumericsMonitor: every must be >= 1, got ", options.every);
+NumericsMonitor::NumericsMonitor(Module& model, NumericsOptions options) : NumericsMonitor(options) {
+  model_ = &model;
   model.set_scope_names();
+}
+
+NumericsMonitor::NumericsMonitor(NumericsOptions options) : state_(std::make_shared<State>()) {
+  MT_CHECK(options.every >= 1, "NumericsMonitor: every must be >= 1, got ", options.every);
   const int64_t every = options.every;
   std::weak_ptr<State> weak = state_;
   observer_id_ = autograd::add_op_observer([weak](const autograd::OpEvent& e) {
@@ -164,13 +168,16 @@ bool NumericsMonitor::sampling() const {
 }
 
 void NumericsMonitor::record_parameters() {
+  if (model_ == nullptr) return;
+  for (const auto& [name, p] : model_->named_parameters()) record_parameter(name, p);
+}
+
+void NumericsMonitor::record_parameter(const std::string& name, const Tensor& param) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (!state_->sampling) return;
   NoGradGuard no_grad;
-  for (const auto& [name, p] : model_->named_parameters()) {
-    state_->add("param " + name, p);
-    if (p.grad().defined()) state_->add("grad " + name, p.grad());
-  }
+  state_->add("param " + name, param);
+  if (param.grad().defined()) state_->add("grad " + name, param.grad());
 }
 
 void NumericsMonitor::end_step() {
@@ -208,7 +215,8 @@ std::string NumericsMonitor::report_markdown(const std::string& title) const {
        << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     for (const auto& [key, n] : all) {
       if (key.rfind(prefix, 0) != 0) continue;
-      const std::string rec = n.recommendation();
+      const bool gradient = std::string(prefix) == "backward " || std::string(prefix) == "grad ";
+      const std::string rec = n.recommendation(gradient);
       ++counts[std::string(prefix) + rec];
       os << "| `" << key.substr(std::string(prefix).size()) << "` | " << fmt(n.amax) << " | " << fmt(n.amin_nonzero)
          << " | " << percent(static_cast<double>(n.zeros) / static_cast<double>(std::max<int64_t>(n.elements, 1)))

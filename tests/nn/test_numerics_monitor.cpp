@@ -3,6 +3,7 @@
 // recommendations, and a monitored model: sampled steps only, every site, the report files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,12 @@ TEST(TensorNumerics, Recommendations) {
   N scaled;
   scaled.add(small.data(), 1000);
   EXPECT_EQ(scaled.recommendation(), "fp16 with loss scaling");
+  EXPECT_EQ(scaled.recommendation(/*gradient=*/false), "bf16/fp32 (too small for fp16)");
+  std::fill(small.begin(), small.end(), 0.5f);
+  for (int i = 0; i < 20; ++i) small[static_cast<size_t>(i)] = 1e-6f;  // 2% subnormal in fp16
+  N sub;
+  sub.add(small.data(), 1000);
+  EXPECT_EQ(sub.recommendation(), "fp16 with loss scaling");
 }
 
 TEST(NumericsMonitor, SamplesEveryNthStepAtEverySite) {

@@ -6,6 +6,7 @@
 #include "models.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "commands.h"
@@ -22,7 +23,8 @@ namespace {
 // magnitude against the fp16 and FP8 E4M3 ranges; runs gnuplot into DIR/numerics.png and links the
 // image from DIR/report.md. Returns whether the image was made.
 bool plot_numerics(const std::string& dir) {
-  const std::string dat = dir + "/numerics.dat", png = dir + "/numerics.png", gp = dir + "/numerics.gp";
+  const std::string abs = std::filesystem::absolute(dir).string();
+  const std::string dat = abs + "/numerics.dat", png = abs + "/numerics.png", gp = abs + "/numerics.gp";
   const std::string script =
       "# gnuplot script written by mixtrain train --numerics-report: gnuplot numerics.gp (in this directory)\n"
       "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1200,540 noenhanced } "
@@ -30,8 +32,8 @@ bool plot_numerics(const std::string& dir) {
       "if (!exists('out')) out = '" + png + "'\n"
       "set output out\n"
       "set title 'magnitudes per site (activations, gradients, parameters) against the fp16 and FP8 E4M3 ranges'\n"
-      "set xlabel 'site (numerics.dat row, in report.md order)'\nset ylabel '|x|'\nset logscale y\nset grid\n"
-      "set format y '10^{%L}'\nset key outside right\n"
+      "set xlabel 'site (numerics.dat row: backward, forward, grad, param sites, each group sorted by name)'\nset ylabel '|x|'\nset logscale y\nset grid\n"
+      "set format y '1e%L'\nset key outside right\n"
       "plot '" + dat + "' using 1:2 with points pt 7 ps 0.6 title 'amax', "
       "'" + dat + "' using 1:($3 > 0 ? $3 : 1/0) with points pt 6 ps 0.6 title 'smallest non-zero', "
       "65504 with lines dt 2 lc rgb 'red' title 'fp16 max', "

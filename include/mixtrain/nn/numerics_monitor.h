@@ -54,8 +54,10 @@ struct TensorNumerics {
   int64_t nonzero_finite() const { return elements - zeros - nonfinite; }
   double fraction(int64_t count) const;  // of the non-zero finite elements
   double mean_rel_error(int f) const;    // f = kBf16 or kFp16 (0 when no value)
-  // "fp16 ok", "fp16 with loss scaling", "bf16/fp32 (fp16 overflows)", "no data"
-  std::string recommendation() const;
+  // "no data"; "bf16/fp32 (fp16 overflows)"; when more than 0.1% would flush to zero or more than 1%
+  // would be subnormal in fp16: "fp16 with loss scaling" for a gradient (scaling moves it up), "bf16/fp32
+  // (too small for fp16)" otherwise; else "fp16 ok".
+  std::string recommendation(bool gradient = true) const;
 };
 
 struct NumericsOptions {
@@ -66,6 +68,9 @@ class NumericsMonitor {
  public:
   // Sets `model`'s module scope names and starts observing ops (on sampled steps only).
   NumericsMonitor(Module& model, NumericsOptions options = {});
+  // Without a model: ops only (named by whatever scopes are active), and parameters passed to
+  // record_parameter().
+  explicit NumericsMonitor(NumericsOptions options);
   ~NumericsMonitor();
   NumericsMonitor(const NumericsMonitor&) = delete;
   NumericsMonitor& operator=(const NumericsMonitor&) = delete;
@@ -76,6 +81,8 @@ class NumericsMonitor {
   // After backward on a sampled step: every parameter and its gradient (as they are: still scaled by
   // a GradScaler's loss scale, which is what an fp16 gradient holds). No-op when not sampling.
   void record_parameters();
+  // The same for one parameter outside a module: sites "param <name>" and "grad <name>".
+  void record_parameter(const std::string& name, const Tensor& param);
   void end_step();
 
   // Site key -> statistics. Keys: "forward <module path>/<op>", "backward <module path>/<op>",
@@ -89,7 +96,7 @@ class NumericsMonitor {
 
  private:
   struct State;
-  Module* model_;
+  Module* model_ = nullptr;
   std::shared_ptr<State> state_;
   int64_t every_ = 1;
   uint64_t observer_id_ = 0;
