@@ -87,47 +87,32 @@ constexpr uint32_t fp8_finite_to_fp32_bits(uint32_t sign32, uint32_t exp, uint32
   return sign32 | ((exp + static_cast<uint32_t>(127 - kBias)) << 23) | (mant << (23 - kMant));
 }
 
-// fp32 -> e4m3fn, round to nearest even, non-saturating: past 448 (after rounding) and +-inf give
-// NaN with the input's sign, since the format has no inf to give.
-constexpr uint8_t fp32_to_e4m3fn_bits(float f) {
+// fp32 -> fp8 bits, round to nearest even: the magnitude rounded to kMant mantissa bits (bias
+// kBias); a code above kMaxCode (the largest finite magnitude) becomes kOverflowCode, a NaN input
+// kNanCode, each with the input's sign.
+template <int kMant, int kBias, uint32_t kMaxCode, uint32_t kOverflowCode, uint32_t kNanCode>
+constexpr uint8_t fp32_to_fp8_bits(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
-  const uint32_t q = fp8_round_magnitude<3, 7>(abs);
-  return static_cast<uint8_t>(sign | (q > 0x7eu ? 0x7fu : q));
+  if (abs > 0x7f800000u) return static_cast<uint8_t>(sign | kNanCode);
+  const uint32_t q = fp8_round_magnitude<kMant, kBias>(abs);
+  return static_cast<uint8_t>(sign | (q > kMaxCode ? kOverflowCode : q));
 }
 
-// fp32 -> e4m3fn, round to nearest even, saturating: past 448 and +-inf give +-448; NaN stays NaN.
-constexpr uint8_t fp32_to_e4m3fn_bits_saturating(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
-  const uint32_t q = fp8_round_magnitude<3, 7>(abs);
-  return static_cast<uint8_t>(sign | (q > 0x7eu ? 0x7eu : q));
-}
+// fp32 -> e4m3fn, non-saturating: past 448 (after rounding) and +-inf give NaN with the input's
+// sign, since the format has no inf to give.
+constexpr uint8_t fp32_to_e4m3fn_bits(float f) { return fp32_to_fp8_bits<3, 7, 0x7eu, 0x7fu, 0x7fu>(f); }
 
-// fp32 -> e5m2, round to nearest even, non-saturating: |x| >= 61440 and +-inf give +-inf, NaN gives
-// the quiet NaN 0x7e with the input's sign.
-constexpr uint8_t fp32_to_e5m2_bits(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7eu);
-  const uint32_t q = fp8_round_magnitude<2, 15>(abs);
-  return static_cast<uint8_t>(sign | (q > 0x7bu ? 0x7cu : q));
-}
+// fp32 -> e4m3fn, saturating: past 448 and +-inf give +-448; NaN stays NaN.
+constexpr uint8_t fp32_to_e4m3fn_bits_saturating(float f) { return fp32_to_fp8_bits<3, 7, 0x7eu, 0x7eu, 0x7fu>(f); }
 
-// fp32 -> e5m2, round to nearest even, saturating: past 57344 and +-inf give +-57344; NaN stays NaN.
-constexpr uint8_t fp32_to_e5m2_bits_saturating(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7eu);
-  const uint32_t q = fp8_round_magnitude<2, 15>(abs);
-  return static_cast<uint8_t>(sign | (q > 0x7bu ? 0x7bu : q));
-}
+// fp32 -> e5m2, non-saturating: |x| >= 61440 and +-inf give +-inf, NaN gives the quiet NaN 0x7e
+// with the input's sign.
+constexpr uint8_t fp32_to_e5m2_bits(float f) { return fp32_to_fp8_bits<2, 15, 0x7bu, 0x7cu, 0x7eu>(f); }
+
+// fp32 -> e5m2, saturating: past 57344 and +-inf give +-57344; NaN stays NaN.
+constexpr uint8_t fp32_to_e5m2_bits_saturating(float f) { return fp32_to_fp8_bits<2, 15, 0x7bu, 0x7bu, 0x7eu>(f); }
 
 // e4m3fn -> fp32, exact. The NaN (S.1111.111) comes out as a quiet fp32 NaN with its sign and its
 // mantissa moved to the top of the fp32 mantissa: 0x7ff00000 / 0xfff00000.
