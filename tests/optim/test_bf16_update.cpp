@@ -115,6 +115,12 @@ TEST(Bf16Update, StochasticRoundingIsReproducibleAndThreadCountIndependent) {
   EXPECT_EQ(a, run.run(Bf16Update::kStochastic, 11, 2));
   EXPECT_EQ(a, run.run(Bf16Update::kStochastic, 11, 1));
   EXPECT_NE(a, run.run(Bf16Update::kStochastic, 12, 1));  // another seed draws other bits
+  // The AVX2 Philox (8 blocks at once) draws the scalar generator's bits.
+  for (mt::cpu::Isa level : mt::cpu::kAllIsas) {
+    if (level > mt::cpu::detected_isa()) continue;
+    mt::cpu::MaxIsaGuard cap(level);
+    EXPECT_EQ(a, run.run(Bf16Update::kStochastic, 11, 2)) << mt::cpu::name(level);
+  }
 }
 
 TEST(Bf16Update, Bf16SecondMomentFollowsTheGradientScaleOnAverage) {

@@ -355,10 +355,62 @@ AdamScalars adam_scalars(const AdamHyper& h, int64_t t) {
   return c;
 }
 
+#if MT_OPTIM_X86
+// random::philox on 8 consecutive blocks at once (one per 32-bit lane), AVX2: the same 10 rounds,
+// the 32 x 32 -> 64-bit products split into their low halves (mullo) and high halves (two mul_epu32
+// over the even and odd lanes). out[4 * j + w] is word w of block first + j, as the scalar returns.
+__attribute__((target("avx2"))) inline __m256i mulhi_epu32(__m256i a, __m256i b) {
+  const __m256i even = _mm256_mul_epu32(a, b);
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(b, 32));
+  return _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
+}
+
+__attribute__((target("avx2"))) void philox8(uint64_t first, uint64_t key, uint32_t stream, uint32_t* out) {
+  alignas(32) uint32_t lo[8], hi[8];
+  for (int j = 0; j < 8; ++j) {
+    lo[j] = static_cast<uint32_t>(first + static_cast<uint64_t>(j));
+    hi[j] = static_cast<uint32_t>((first + static_cast<uint64_t>(j)) >> 32);
+  }
+  __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+  __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+  __m256i c2 = _mm256_set1_epi32(static_cast<int>(stream)), c3 = _mm256_setzero_si256();
+  __m256i k0 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key)));
+  __m256i k1 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key >> 32)));
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u)), m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  const __m256i w0 = _mm256_set1_epi32(static_cast<int>(0x9E3779B9u)), w1 = _mm256_set1_epi32(static_cast<int>(0xBB67AE85u));
+  for (int round = 0; round < 10; ++round) {
+    const __m256i lo0 = _mm256_mullo_epi32(c0, m0), hi0 = mulhi_epu32(c0, m0);
+    const __m256i lo1 = _mm256_mullo_epi32(c2, m1), hi1 = mulhi_epu32(c2, m1);
+    c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), k0);
+    c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), k1);
+    c1 = lo1;
+    c3 = lo0;
+    k0 = _mm256_add_epi32(k0, w0);
+    k1 = _mm256_add_epi32(k1, w1);
+  }
+  alignas(32) uint32_t w[4][8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w[0]), c0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w[1]), c1);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w[2]), c2);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(w[3]), c3);
+  for (int j = 0; j < 8; ++j)
+    for (int k = 0; k < 4; ++k) out[4 * j + k] = w[k][j];
+}
+#endif
+
 // 32 random bits for each element [s, s + n) of the parameter with stream id `stream` (kernels/optim.h,
-// rounding_key): the low half rounds the parameter, the high half the second moment.
-void rounding_bits(uint64_t key, uint32_t stream, int64_t s, int64_t n, uint32_t* out) {
-  for (int64_t j = 0; j < n;) {
+// rounding_key): the low half rounds the parameter, the high half the second moment. With `avx2`,
+// whole groups of 8 blocks come from philox8 (the same bits).
+void rounding_bits(uint64_t key, uint32_t stream, int64_t s, int64_t n, uint32_t* out, bool avx2) {
+  int64_t j = 0;
+#if MT_OPTIM_X86
+  if (avx2)
+    for (; j + 32 <= n && (s + j) % 4 == 0; j += 32)
+      philox8(static_cast<uint64_t>(s + j) / 4, key, stream, out + j);
+#else
+  (void)avx2;
+#endif
+  while (j < n) {
     const uint64_t e = static_cast<uint64_t>(s + j);
     const std::array<uint32_t, 4> r = random::philox(e / 4, key, stream);
     for (uint64_t k = e % 4; k < 4 && j < n; ++k, ++j) out[j] = r[k];
@@ -368,7 +420,8 @@ void rounding_bits(uint64_t key, uint32_t stream, int64_t s, int64_t n, uint32_t
 // The portable path: each step of the update is a branch-free loop over an fp32 block. M and V are
 // the storage types of exp_avg and exp_avg_sq (float or bfloat16).
 template <typename T, typename M, typename V>
-void adam_chunk(const AdamTensors& t, const AdamScalars& c, const AdamHyper& h, int64_t b, int64_t e) {
+void adam_chunk(const AdamTensors& t, const AdamScalars& c, const AdamHyper& h, int64_t b, int64_t e,
+                bool philox_avx2 = false) {
   const ParamBlocks<T> p = param_blocks<T>(t.param, t.master, t.master_low);
   const T* grad = host_ptr<T>(t.grad);
   M* m_all = host_ptr<M>(t.exp_avg);
@@ -389,7 +442,7 @@ void adam_chunk(const AdamTensors& t, const AdamScalars& c, const AdamHyper& h, 
   alignas(64) uint32_t bits[kBlock];
   for (int64_t s = b; s < e; s += kBlock) {
     const int64_t n = std::min(kBlock, e - s);
-    if (random) rounding_bits(key, t.stream, s, n, bits);
+    if (random) rounding_bits(key, t.stream, s, n, bits, philox_avx2);
     float* m = mbuf;
     if constexpr (std::is_same_v<M, float>)
       m = m_all + s;
@@ -810,14 +863,15 @@ void adam_step_cpu(const std::vector<AdamTensors>& tensors, const AdamHyper& h) 
       return;
     }
 #endif
+    const bool philox_avx2 = isa >= cpu::Isa::kAvx2;
     if (m_bf16 && v_bf16)
-      adam_chunk<T, bfloat16, bfloat16>(t, c, h, b, e);
+      adam_chunk<T, bfloat16, bfloat16>(t, c, h, b, e, philox_avx2);
     else if (m_bf16)
-      adam_chunk<T, bfloat16, float>(t, c, h, b, e);
+      adam_chunk<T, bfloat16, float>(t, c, h, b, e, philox_avx2);
     else if (v_bf16)
-      adam_chunk<T, float, bfloat16>(t, c, h, b, e);
+      adam_chunk<T, float, bfloat16>(t, c, h, b, e, philox_avx2);
     else
-      adam_chunk<T, float, float>(t, c, h, b, e);
+      adam_chunk<T, float, float>(t, c, h, b, e, philox_avx2);
   });
 }
 
