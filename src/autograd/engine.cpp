@@ -19,7 +19,8 @@ thread_local bool grad_mode_enabled = true;
 thread_local int backward_depth = 0;
 std::atomic<uint64_t> next_sequence_nr{0};
 
-// Op observers: a registry under a mutex, and a count read without it on every op.
+// Op observers (Note [Op observers], docs/notes/op-observers.md): a registry under a mutex, and a
+// count read without it on every op.
 std::atomic<int> observer_count{0};
 std::mutex observer_mutex;
 std::vector<std::pair<uint64_t, autograd::OpObserver>>& observers() {

@@ -1,4 +1,5 @@
-// NonFiniteOrigin: an op observer that keeps the first op producing inf/NaN from finite inputs.
+// NonFiniteOrigin: an op observer (Note [Op observers]) that keeps the first op producing inf/NaN
+// from finite inputs.
 #include "mixtrain/nn/nonfinite_origin.h"
 
 #include <cmath>
