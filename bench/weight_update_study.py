@@ -41,6 +41,11 @@ MODES = [
 ]
 
 
+# One color per mode in both panels; nearest (the failure mode) in red.
+COLORS = {"fp32": "black", "amp-bf16": "gray", "master": "dark-green", "compact": "orange", "kahan": "blue",
+          "stochastic": "dark-violet", "nearest": "red"}
+
+
 def build_corpus(path):
     texts = sorted(glob.glob("/usr/share/common-licenses/*"))
     with open(path, "wb") as out:
@@ -94,7 +99,8 @@ def plot(results, png, work):
             with open(path, "w") as f:
                 for i, v in enumerate(smooth(r["losses"], window)):
                     f.write(f"{i + 1} {v}\n")
-            series.append(f"'{path}' using 1:2 with lines title '{r['mode']}'")
+            color = COLORS.get(r["mode"], "black")
+            series.append(f"'{path}' using 1:2 with lines lw 1.5 lc rgb '{color}' title '{r['mode']}'")
         if series:
             panels.append((f"{title}: training loss (mean of the last {window} steps)", ", ".join(series)))
     script = "set terminal pngcairo size 1200,480 noenhanced font ',10'\n"
