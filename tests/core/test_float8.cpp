@@ -23,20 +23,17 @@
 #include "mixtrain/float8.h"
 #include "mixtrain/half.h"
 
+#include "support/bits.h"
+
 namespace mt = mixtrain;
 using mt::float8_e4m3fn;
 using mt::float8_e5m2;
 
 namespace {
 
-uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
-float float_of(uint32_t u) { return std::bit_cast<float>(u); }
-
-std::string hex(uint32_t v) {
-  std::ostringstream os;
-  os << "0x" << std::hex << v;
-  return os.str();
-}
+using mixtrain::testing::bits_of;
+using mixtrain::testing::float_of;
+using mixtrain::testing::hex;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 

@@ -29,6 +29,8 @@
 #include <xmmintrin.h>
 #endif
 
+#include "support/bits.h"
+
 namespace mt = mixtrain;
 using mt::bfloat16;
 using mt::float16;
@@ -37,14 +39,9 @@ using mt::detail::HalfImpl;
 
 namespace {
 
-uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
-float float_of(uint32_t u) { return std::bit_cast<float>(u); }
-
-std::string hex(uint32_t v) {
-  std::ostringstream os;
-  os << "0x" << std::hex << v;
-  return os.str();
-}
+using mixtrain::testing::bits_of;
+using mixtrain::testing::float_of;
+using mixtrain::testing::hex;
 
 // ---------------------------------------------------------------------------------------------
 // Independent reference.
