@@ -121,7 +121,7 @@ struct NumericsMonitor::State {
   std::mutex mutex;
   std::atomic<bool> sampling{false};  // read by the observer without the lock
   int64_t step = 0, sampled = 0;
-  double loss_scale = 1;
+  double min_scale = 0, max_scale = 0;  // loss scales of the sampled steps (0: none sampled yet)
   std::map<std::string, TensorNumerics> sites;
 
   void add(const std::string& key, const Tensor& t) {
@@ -156,9 +156,12 @@ NumericsMonitor::~NumericsMonitor() { autograd::remove_op_observer(observer_id_)
 bool NumericsMonitor::begin_step(int64_t step, double loss_scale) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->step = step;
-  state_->loss_scale = loss_scale;
   state_->sampling = (step - 1) % every_ == 0;
-  if (state_->sampling) ++state_->sampled;
+  if (state_->sampling) {
+    ++state_->sampled;
+    state_->min_scale = state_->min_scale == 0 ? loss_scale : std::min(state_->min_scale, loss_scale);
+    state_->max_scale = std::max(state_->max_scale, loss_scale);
+  }
   return state_->sampling;
 }
 
@@ -197,9 +200,16 @@ int64_t NumericsMonitor::sampled_steps() const {
 
 std::string NumericsMonitor::report_markdown(const std::string& title) const {
   const std::map<std::string, TensorNumerics> all = sites();
+  double min_scale = 0, max_scale = 0;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    min_scale = state_->min_scale;
+    max_scale = state_->max_scale;
+  }
   std::ostringstream os;
   os << "# " << title << "\n\n"
-     << "Sampled steps: " << sampled_steps() << ". Percentages are of the non-zero finite values. *flush*: would "
+     << "Sampled steps: " << sampled_steps() << ", loss scale " << fmt(min_scale)
+     << (max_scale != min_scale ? " to " + fmt(max_scale) : std::string()) << ". Percentages are of the non-zero finite values. *flush*: would "
      << "round to zero when cast as is; *sub*: lands in the subnormal range (precision lost); *ovf*: rounds past the "
      << "largest finite value; *scaled flush*: flushes to zero after per-tensor scaling of amax to the FP8 maximum. "
      << "Gradients are as backward produced them (with a GradScaler: still multiplied by the loss scale).\n\n";

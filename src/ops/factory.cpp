@@ -6,6 +6,7 @@
 
 #include "kernels/copy.h"
 #include "core/backend.h"
+#include "core/philox_constants.h"
 #include "kernels/cpu/loops.h"
 #include "mixtrain/autograd.h"
 
@@ -20,20 +21,20 @@ void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 namespace random {
 
 std::array<uint32_t, 4> philox(uint64_t block, uint64_t key, uint32_t stream) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  using namespace detail;
   uint32_t c0 = static_cast<uint32_t>(block), c1 = static_cast<uint32_t>(block >> 32), c2 = stream, c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
-    uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
+  for (int round = 0; round < kPhiloxRounds; ++round) {
+    uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c0;
+    uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * c2;
     uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
     uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
     c1 = static_cast<uint32_t>(p1);
     c3 = static_cast<uint32_t>(p0);
     c0 = n0;
     c2 = n2;
-    k0 += kW0;
-    k1 += kW1;
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
   }
   return {c0, c1, c2, c3};
 }

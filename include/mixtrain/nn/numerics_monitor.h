@@ -75,7 +75,8 @@ class NumericsMonitor {
   NumericsMonitor(const NumericsMonitor&) = delete;
   NumericsMonitor& operator=(const NumericsMonitor&) = delete;
 
-  // Starts step `step` (1-based); returns whether it is sampled.
+  // Starts step `step` (1-based); returns whether it is sampled. `loss_scale` (a GradScaler's scale,
+  // 1 without one) is what the gradients of the step are multiplied by; the report states its range.
   bool begin_step(int64_t step, double loss_scale = 1.0);
   bool sampling() const;
   // After backward on a sampled step: every parameter and its gradient (as they are: still scaled by

@@ -49,6 +49,7 @@
 
 #include "core/half_convert_avx2.h"
 #include "core/half_convert_avx512.h"
+#include "core/philox_constants.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/elementwise.h"
 #include "mixtrain/cpu.h"
@@ -376,9 +377,10 @@ __attribute__((target("avx2"))) void philox8(uint64_t first, uint64_t key, uint3
   __m256i c2 = _mm256_set1_epi32(static_cast<int>(stream)), c3 = _mm256_setzero_si256();
   __m256i k0 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key)));
   __m256i k1 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key >> 32)));
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u)), m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  const __m256i w0 = _mm256_set1_epi32(static_cast<int>(0x9E3779B9u)), w1 = _mm256_set1_epi32(static_cast<int>(0xBB67AE85u));
-  for (int round = 0; round < 10; ++round) {
+  using namespace random::detail;
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kPhiloxM0)), m1 = _mm256_set1_epi32(static_cast<int>(kPhiloxM1));
+  const __m256i w0 = _mm256_set1_epi32(static_cast<int>(kPhiloxW0)), w1 = _mm256_set1_epi32(static_cast<int>(kPhiloxW1));
+  for (int round = 0; round < kPhiloxRounds; ++round) {
     const __m256i lo0 = _mm256_mullo_epi32(c0, m0), hi0 = mulhi_epu32(c0, m0);
     const __m256i lo1 = _mm256_mullo_epi32(c2, m1), hi1 = mulhi_epu32(c2, m1);
     c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), k0);
