@@ -213,6 +213,32 @@ inline void convert_fp8_to_fp32(const float8_e5m2* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = detail::e5m2_bits_to_fp32(src[i].x);
 }
 
+// The two formats as a runtime value (FP8 training: E4M3 for weights and activations, E5M2 for
+// gradients).
+enum class Fp8Format : uint8_t { kE4M3, kE5M2 };
+
+inline constexpr const char* fp8_format_name(Fp8Format format) {
+  return format == Fp8Format::kE4M3 ? "e4m3" : "e5m2";
+}
+// The largest finite value: 448 (E4M3), 57344 (E5M2).
+inline constexpr float fp8_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
+
+// The cast FP8 training uses (a scaled value -> fp8 bits): finite values round to nearest even and
+// saturate at +-max (a value that outgrew a stale scale clips), while +-inf and NaN stay non-finite
+// (E4M3 has no inf, so both become its NaN; E5M2 keeps inf) so that an overflow upstream still shows
+// as a non-finite value. `source_finite` is the finiteness of the value before scaling: a finite
+// value whose product with the scale overflows fp32 is clipped, not made non-finite.
+inline constexpr uint8_t fp8_training_bits(float scaled, bool source_finite, Fp8Format format) {
+  if (format == Fp8Format::kE4M3)
+    return source_finite ? detail::fp32_to_e4m3fn_bits_saturating(scaled) : detail::fp32_to_e4m3fn_bits(scaled);
+  return source_finite ? detail::fp32_to_e5m2_bits_saturating(scaled) : detail::fp32_to_e5m2_bits(scaled);
+}
+
+// fp8 bits -> fp32, exact.
+inline constexpr float fp8_bits_to_float(uint8_t bits, Fp8Format format) {
+  return format == Fp8Format::kE4M3 ? detail::e4m3fn_bits_to_fp32(bits) : detail::e5m2_bits_to_fp32(bits);
+}
+
 }  // namespace mixtrain
 
 namespace std {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/amp/policy.h"
 #include "mixtrain/autograd.h"
@@ -13,6 +14,7 @@
 #include "mixtrain/dtype.h"
 #include "mixtrain/error.h"
 #include "mixtrain/factory.h"
+#include "mixtrain/float8.h"
 #include "mixtrain/half.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/io/safetensors.h"

@@ -10,6 +10,7 @@
 #endif
 #include "kernels/dispatch.h"
 #include "kernels/elementwise.h"
+#include "kernels/fp8.h"
 #include "kernels/linalg.h"
 #include "kernels/loss.h"
 #include "kernels/nn.h"
@@ -91,6 +92,8 @@ constinit DispatchTable<SumRowsFn> sum_rows_table{"sum_rows"};
 constinit DispatchTable<SumRowsFn> sum_to_size_table{"sum_to_size"};
 constinit DispatchTable<FindBadIndexFn> find_bad_index_table{"index check"};
 constinit DispatchTable<GatherRowsFn> gather_rows_table{"index_select"};
+constinit DispatchTable<Fp8QuantizeFn> fp8_quantize_table{"fp8 quantize"};
+constinit DispatchTable<Fp8DequantizeFn> fp8_dequantize_table{"fp8 dequantize"};
 
 void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void* context) {
   auto all = [&](auto& tables) {
@@ -105,7 +108,8 @@ void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void
            &pointwise_loss_fwd, &pointwise_loss_bwd, &scale_and_check_table, &norm_partials_table,
            &sgd_step_table, &adam_step_table, &unpack_master_table, &pack_master_table, &amp_unscale_table,
            &amp_update_scale_table, &matmul_fp32_route_table, &uses_fp32_route_table, &sum_rows_table,
-           &sum_to_size_table, &find_bad_index_table, &gather_rows_table})
+           &sum_to_size_table, &find_bad_index_table, &gather_rows_table, &fp8_quantize_table,
+           &fp8_dequantize_table})
     visit(*t, context);
   all(unary_forward_tables);
   all(unary_backward_tables);

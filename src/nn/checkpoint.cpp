@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mixtrain/amp/autocast.h"
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/container.h"
 #include "mixtrain/nn/dropout.h"
@@ -63,6 +64,10 @@ Tensor checkpoint(std::span<const std::shared_ptr<Module>> span, const Tensor& x
   autograd::TensorList inputs{x};
   inputs.insert(inputs.end(), params.begin(), params.end());
   if (!autograd::needs_grad(inputs)) return run(modules, x);
+  // The recomputation would quantise with scales that moved on since the forward (delayed scaling
+  // updates them at every quantisation), so its gradients would not be the forward's.
+  MT_CHECK(!amp::is_fp8_enabled(), "activation checkpointing does not support FP8 regions (amp::Fp8Autocast): the ",
+           "recomputed forward would quantise with different scales; checkpoint outside the region or train without FP8");
 
   const std::vector<Generator*> gens = replayed_generators(modules);
   std::vector<std::array<uint64_t, 2>> at_forward;

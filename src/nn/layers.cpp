@@ -29,7 +29,7 @@ std::string str(const Size2& s) { return s.h == s.w ? std::to_string(s.h) : conc
 // Linear
 
 Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions opts)
-    : Module("Linear"), in_features_(in_features), out_features_(out_features) {
+    : Module("Linear"), in_features_(in_features), out_features_(out_features), fp8_(opts.fp8) {
   MT_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be positive, got ",
            in_features, " and ", out_features);
   // PyTorch's reset_parameters: kaiming_uniform_(a = sqrt(5)) gives U(-1/sqrt(in), 1/sqrt(in)); the
@@ -47,6 +47,10 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions opts)
 Tensor Linear::forward(const Tensor& x) {
   MT_CHECK(x.dim() >= 1 && x.size(-1) == in_features_, "Linear(in_features=", in_features_,
            ", out_features=", out_features_, "): expected an input [..., ", in_features_, "], got ", describe(x));
+  if (fp8_ && amp::is_fp8_enabled()) {
+    if (!fp8_state_) fp8_state_ = std::make_shared<amp::Fp8LinearState>();
+    return amp::fp8_linear(x, weight_, bias_, fp8_state_, amp::fp8_recipe());
+  }
   return linear(x, weight_, bias_);
 }
 

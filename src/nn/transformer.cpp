@@ -55,12 +55,13 @@ TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t num_heads, Transfo
 }
 
 // The MLP as built (Linear, exact GELU, Linear) runs its second half as gelu_linear, which keeps
-// one [B, T, hidden] activation for backward instead of two; anything else runs as a Sequential.
+// one [B, T, hidden] activation for backward instead of two; anything else runs as a Sequential,
+// and so does the MLP in an FP8 region (each Linear quantises its own input there).
 Tensor TransformerBlock::forward(const Tensor& x) {
   Tensor h = x + (*attn_)((*ln1_)(x));
   const Tensor u = (*ln2_)(h);
   const Sequential& mlp = *mlp_;
-  if (mlp.size() == 3) {
+  if (mlp.size() == 3 && !amp::is_fp8_enabled()) {
     auto fc1 = std::dynamic_pointer_cast<Linear>(mlp[0]);
     auto act = std::dynamic_pointer_cast<GELU>(mlp[1]);
     auto fc2 = std::dynamic_pointer_cast<Linear>(mlp[2]);
@@ -89,7 +90,9 @@ GPT::GPT(GPTConfig config, Generator* generator) : Module("GPT"), config_(config
     blocks->push_back(TransformerBlock(C, config.num_heads, {.mlp_ratio = config.mlp_ratio, .generator = generator}));
   blocks_ = register_module("blocks", blocks);
   ln_f_ = register_module("ln_f", LayerNorm(C));
-  head_ = register_module("head", Linear(C, config.vocab_size, {.generator = generator}));
+  // The output head stays out of FP8 regions, as FP8 recipes keep the last layer in 16-bit: its
+  // logits feed the softmax directly and a coarse grid there costs accuracy for little time.
+  head_ = register_module("head", Linear(C, config.vocab_size, {.generator = generator, .fp8 = false}));
 }
 
 Tensor GPT::forward(const Tensor& tokens) {

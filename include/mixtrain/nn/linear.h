@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/random.h"
 
@@ -11,6 +13,7 @@ namespace mixtrain::nn {
 struct LinearOptions {
   bool bias = true;
   Generator* generator = nullptr;  // for the initial values; nullptr: the process-wide generator
+  bool fp8 = true;                 // runs in FP8 inside an amp::Fp8Autocast region (amp/fp8.h)
 };
 
 // y = x W^T + b.  x [..., in_features] -> y [..., out_features] through mt::linear (oneDNN; 16-bit
@@ -29,9 +32,18 @@ class Linear : public Module {
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
 
+  // Whether the layer takes part in FP8 regions (LinearOptions::fp8).
+  bool fp8() const { return fp8_; }
+  void set_fp8(bool fp8) { fp8_ = fp8; }
+  // The FP8 scaling state: nullptr until the first forward in an FP8 region.
+  const std::shared_ptr<amp::Fp8LinearState>& fp8_state() const { return fp8_state_; }
+  void set_fp8_state(std::shared_ptr<amp::Fp8LinearState> state) { fp8_state_ = std::move(state); }
+
  private:
   int64_t in_features_, out_features_;
   Tensor weight_, bias_;
+  bool fp8_ = true;
+  std::shared_ptr<amp::Fp8LinearState> fp8_state_;
 };
 
 // Returns its input unchanged (a placeholder in containers).

@@ -20,6 +20,7 @@ void register_cpu(Registry& registry) {
   register_cpu_pointwise_loss(registry);
   register_cpu_optim(registry);
   register_cpu_amp(registry);
+  register_cpu_fp8(registry);
   register_onednn_matmul(registry);
   register_onednn_conv(registry);
 }

@@ -25,6 +25,7 @@ void register_cpu_class_loss(const Registry& r);
 void register_cpu_pointwise_loss(const Registry& r);
 void register_cpu_optim(const Registry& r);
 void register_cpu_amp(const Registry& r);
+void register_cpu_fp8(const Registry& r);
 void register_onednn_matmul(const Registry& r);
 void register_onednn_conv(const Registry& r);
 
