@@ -120,12 +120,12 @@ struct Quantized {
   float scale_inv;  // of the scale the codes were made with
 };
 
-// Quantises `t` with `scaling`'s current scale, then records its amax.
-Quantized quantize(const Tensor& t, Fp8Scaling& scaling, const Fp8Recipe& recipe, Fp8Format format) {
+// Quantises `t` with `scaling`'s current scale, then records its amax when `record`.
+Quantized quantize(const Tensor& t, Fp8Scaling& scaling, const Fp8Recipe& recipe, Fp8Format format, bool record = true) {
   const Tensor src = t.contiguous();
   Quantized q{Tensor::empty(src.shape(), kUInt8, src.device()), scaling.scale_inv()};
   const float amax = kernels::fp8_quantize(q.codes, src, scaling.scale(), format);
-  scaling.update(amax, recipe, format);
+  if (record) scaling.update(amax, recipe, format);
   return q;
 }
 
@@ -169,13 +169,16 @@ Tensor fp8_linear(const Tensor& x, const Tensor& w, const Tensor& b, const std::
   out_shape[out_shape.size() - 1] = out;
 
   const Fp8Format fwd = recipe.forward_format(), bwd = recipe.backward_format();
+  // Only training forwards move the scales: evaluation and inference (grad mode off) quantise with
+  // the current ones, so evaluating a model does not change how it trains.
+  const bool record = GradMode::is_enabled();
   Quantized xq, wq;
   Tensor y;
   {
     NoGradGuard no_grad;
     ops::AutocastRegionGuard plain(true);  // the fp32 products below must not be cast again
-    xq = quantize(x.detach(), state->input, recipe, fwd);
-    wq = quantize(w.detach(), state->weight, recipe, fwd);
+    xq = quantize(x.detach(), state->input, recipe, fwd, record);
+    wq = quantize(w.detach(), state->weight, recipe, fwd, record);
     const Tensor bias = b.defined() ? b.detach().to(kFloat32) : Tensor();
     y = linear(dequantize(xq, fwd).reshape({rows, in}), dequantize(wq, fwd), bias).to(out_dtype).reshape(out_shape);
   }

@@ -13,6 +13,7 @@ std::string_view to_string(Precision precision) {
     case Precision::kFP32: return "fp32";
     case Precision::kBF16: return "bf16";
     case Precision::kFP16: return "fp16";
+    case Precision::kFP8: return "fp8";
   }
   return "?";
 }
@@ -53,7 +54,8 @@ Precision parse_precision(std::string_view text) {
   if (text == "fp32" || text == "float32") return Precision::kFP32;
   if (text == "bf16" || text == "bfloat16") return Precision::kBF16;
   if (text == "fp16" || text == "float16") return Precision::kFP16;
-  MT_FAIL("unknown precision '", text, "' (valid: fp32, bf16, fp16)");
+  if (text == "fp8") return Precision::kFP8;
+  MT_FAIL("unknown precision '", text, "' (valid: fp32, bf16, fp16, fp8)");
 }
 
 ScalerMode parse_scaler_mode(std::string_view text) {
@@ -75,6 +77,7 @@ std::optional<DType> autocast_dtype(Precision precision) {
     case Precision::kFP32: return std::nullopt;
     case Precision::kBF16: return kBFloat16;
     case Precision::kFP16: return kFloat16;
+    case Precision::kFP8: return kBFloat16;
   }
   return std::nullopt;
 }
@@ -89,6 +92,7 @@ bool uses_scaler(Precision precision, ScalerMode mode) {
 
 void validate(const PrecisionConfig& config) {
   const DType p = config.param_dtype;
+  if (config.precision == Precision::kFP8) config.fp8.validate();
   MT_CHECK(p == kFloat32 || p == kBFloat16 || p == kFloat16, "master weights: parameter dtype must be fp32, bf16 or ",
            "fp16, got ", p);
   MT_CHECK(!config.compact_state || p == kBFloat16, "compact optimizer state needs bf16 parameters (--master-weights ",

@@ -338,6 +338,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     // Forward and loss only: backward must run outside the region, in the dtypes the forward chose.
     const std::optional<DType> dtype = autocast_dtype(options_.precision.precision);
     amp::Autocast autocast(device.type, dtype, dtype.has_value());
+    amp::Fp8Autocast fp8(fp8_region());
     loss = options_.loss_fn(model_->forward(batch.input.to(device)), batch.target.to(device));
   }
   MT_CHECK(loss.defined() && loss.numel() == 1, "Trainer: the loss must be one value, got ",
@@ -647,6 +648,7 @@ EvalResult Trainer::evaluate(const data::Dataset& data) {
     Tensor out, loss;
     {
       amp::Autocast autocast(device.type, dtype, dtype.has_value());
+      amp::Fp8Autocast fp8(fp8_region());
       out = model_->forward(batch.input.to(device));
       loss = options_.loss_fn(out, batch.target.to(device));
     }

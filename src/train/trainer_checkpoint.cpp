@@ -17,6 +17,7 @@
 // Doubles go through JSON with round-trip precision (nlohmann prints the shortest exact form), so the
 // restored statistics and hyperparameters are the saved bits.
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -24,9 +25,11 @@
 
 #include "io/json_input.h"
 #include "mixtrain/error.h"
+#include "mixtrain/factory.h"
 #include "mixtrain/io/checkpoint.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/dropout.h"
+#include "mixtrain/nn/linear.h"
 #include "mixtrain/train/trainer.h"
 
 namespace mixtrain::train {
@@ -38,6 +41,14 @@ namespace {
 
 constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimPrefix = "optim.";
+// FP8 scaling state of a Linear layer: "fp8.<module path>.<role>.scale" (one fp32 value) and
+// ".amax_history" (fp32 [n], absent when empty); roles input, weight, grad_output.
+constexpr const char* kFp8Prefix = "fp8.";
+constexpr std::array<const char*, 3> kFp8Roles = {"input", "weight", "grad_output"};
+
+amp::Fp8Scaling& fp8_role(amp::Fp8LinearState& s, size_t role) {
+  return role == 0 ? s.input : role == 1 ? s.weight : s.grad_output;
+}
 
 // The ParamState field that holds the named slot (named_tensors()'s keys).
 Tensor* slot(optim::ParamState& s, const std::string& key) {
@@ -149,6 +160,11 @@ std::map<std::string, std::string> Trainer::trajectory_settings() const {
   // Only when not the default, so that checkpoints written before the setting existed still match.
   if (options_.precision.weight_update != WeightUpdate::kMaster)
     s["weight_update"] = std::string(to_string(options_.precision.weight_update));
+  if (options_.precision.precision == Precision::kFP8) {
+    const amp::Fp8Recipe& r = options_.precision.fp8;
+    s["fp8_recipe"] = mixtrain::detail::concat("format=", amp::to_string(r.format), " history=", r.amax_history_len,
+                                               " margin=", r.margin, " amax=", amp::to_string(r.amax_compute));
+  }
   for (size_t g = 0; g < optimizer_->num_param_groups(); ++g)
     for (const auto& [key, value] : optimizer_->hyperparameters(g))
       if (key != "lr" && key != "initial_lr") s[g == 0 ? key : "group" + std::to_string(g) + "." + key] = value;
@@ -161,6 +177,18 @@ void Trainer::save_checkpoint(const std::string& path) const {
   check_finite_before_writing("checkpoint '" + path + "'");
   io::Checkpoint ck;
   for (const auto& [name, t] : model_->state_dict()) ck.tensors[kModelPrefix + name] = t;
+  for (const auto& [name, m] : model_->named_modules()) {
+    const auto* linear = dynamic_cast<const nn::Linear*>(m);
+    if (linear == nullptr || !linear->fp8_state()) continue;
+    for (size_t r = 0; r < kFp8Roles.size(); ++r) {
+      const amp::Fp8Scaling& s = fp8_role(*linear->fp8_state(), r);
+      const std::string key = kFp8Prefix + name + "." + kFp8Roles[r];
+      ck.tensors[key + ".scale"] = from_vector(std::vector<float>{s.scale()}, {1}, {.device = Device{}});
+      const std::vector<float>& h = s.amax_history();
+      if (!h.empty())
+        ck.tensors[key + ".amax_history"] = from_vector(h, {static_cast<int64_t>(h.size())}, {.device = Device{}});
+    }
+  }
 
   const optim::OptimizerStateDict osd = optimizer_->state_dict();
   json steps = json::array(), groups = json::array();
@@ -243,6 +271,15 @@ void Trainer::load_checkpoint(const std::string& path) {
     const double last_loss = get_number(trainer, "last_epoch_loss", path, "trainer statistic");
 
     nn::StateDict model_state;
+    // FP8 scaling states by module path: a scale and an amax history per role.
+    struct Fp8Saved {
+      std::array<float, 3> scale = {0.0f, 0.0f, 0.0f};
+      std::array<std::vector<float>, 3> history;
+    };
+    std::map<std::string, Fp8Saved> fp8_saved;
+    std::map<std::string, nn::Linear*> linears;
+    for (auto& [name, m] : model_->named_modules())
+      if (auto* l = dynamic_cast<nn::Linear*>(m)) linears[name] = l;
     optim::OptimizerStateDict osd;
     osd.state.resize(optimizer_->num_parameters());
     for (const auto& [name, t] : ck.tensors) {
@@ -260,6 +297,30 @@ void Trainer::load_checkpoint(const std::string& path) {
         MT_CHECK(field != nullptr, "resume: '", path, "': unexpected optimizer tensor ", detail::quote_untrusted(name),
                  " (this optimizer has ", osd.state.size(), " parameters)");
         *field = t;
+      } else if (starts_with(name, kFp8Prefix)) {
+        // "<module path>.<role>.<field>": the path may hold dots, role and field do not.
+        const std::string rest = name.substr(std::string(kFp8Prefix).size());
+        const size_t field_dot = rest.rfind('.');
+        const size_t role_dot = field_dot == std::string::npos || field_dot == 0 ? std::string::npos
+                                                                               : rest.rfind('.', field_dot - 1);
+        const std::string module = role_dot == std::string::npos ? "" : rest.substr(0, role_dot);
+        const std::string role = role_dot == std::string::npos ? "" : rest.substr(role_dot + 1, field_dot - role_dot - 1);
+        const std::string field = field_dot == std::string::npos ? "" : rest.substr(field_dot + 1);
+        const auto role_it = std::find_if(kFp8Roles.begin(), kFp8Roles.end(), [&](const char* r) { return role == r; });
+        MT_CHECK(linears.count(module) > 0 && role_it != kFp8Roles.end() &&
+                     (field == "scale" || field == "amax_history"),
+                 "resume: '", path, "': unexpected FP8 tensor ", detail::quote_untrusted(name),
+                 " (expected fp8.<Linear layer>.{input,weight,grad_output}.{scale,amax_history})");
+        MT_CHECK(t.dtype() == kFloat32 && t.dim() == 1 &&
+                     (field == "scale" ? t.numel() == 1 : t.numel() >= 1 && t.numel() <= 65536),
+                 "resume: '", path, "': FP8 tensor ", detail::quote_untrusted(name), " must be float32 [",
+                 field == "scale" ? "1" : "1..65536", "], got ", describe(t));
+        const size_t r = static_cast<size_t>(role_it - kFp8Roles.begin());
+        const std::vector<float> values = t.to(kCPU).to_vector<float>();
+        if (field == "scale")
+          fp8_saved[module].scale[r] = values[0];
+        else
+          fp8_saved[module].history[r] = values;
       } else {
         MT_FAIL("resume: '", path, "': unexpected tensor ", detail::quote_untrusted(name));
       }
@@ -305,7 +366,21 @@ void Trainer::load_checkpoint(const std::string& path) {
 
     // 2. Apply. Each load validates before it copies; the model's goes first because it checks the
     // most (every key, shape and dtype).
+    // FP8 states: validated whole (restore checks the values) before anything is applied.
+    std::map<std::string, std::shared_ptr<amp::Fp8LinearState>> fp8_states;
+    for (auto& [module, saved] : fp8_saved) {
+      auto state = std::make_shared<amp::Fp8LinearState>();
+      for (size_t r = 0; r < kFp8Roles.size(); ++r) {
+        try {
+          fp8_role(*state, r).restore(saved.scale[r], saved.history[r]);
+        } catch (const Error& e) {
+          MT_FAIL("resume: '", path, "': FP8 state of '", module, "' (", kFp8Roles[r], "): ", e.what());
+        }
+      }
+      fp8_states[module] = std::move(state);
+    }
     model_->load_state_dict(model_state, /*strict=*/true);
+    for (auto& [module, linear] : linears) linear->set_fp8_state(fp8_states.count(module) ? fp8_states[module] : nullptr);
     optimizer_->load_state_dict(osd);
     scaler_.load_state_dict(scaler_state);
     io::set_rng_state(ck.meta("rng"));

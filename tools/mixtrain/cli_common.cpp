@@ -99,8 +99,11 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
         ->check(throwing_validator([](const std::string& s) { parse_data_spec(s); }, "DATA"))
         ->capture_default_str();
   if (has(Flags::kPrecision)) {
-    app.add_option("--precision", a.precision, "Precision: fp32, bf16 (autocast bf16) or fp16 (autocast fp16)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+    app.add_option("--precision", a.precision,
+                   "Precision: fp32, bf16 (autocast bf16), fp16 (autocast fp16) or fp8 (autocast bf16 and Linear "
+                   "layers in FP8: E4M3 forward, E5M2 gradients, delayed scaling; emulated on the CPU, for accuracy "
+                   "studies)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
         ->capture_default_str();
     app.add_flag("--compact-state", a.compact_state,
                  "With --precision bf16 --master-weights bf16: keep each fp32 master as the bf16 weight plus its "
@@ -133,6 +136,21 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
   if (has(Flags::kCommon)) {
     app.add_option("--scaler", a.scaler, "GradScaler: auto (on for fp16 only), on, off")
         ->check(CLI::IsMember({"auto", "on", "off"}))
+        ->capture_default_str();
+    app.add_option("--fp8-format", a.fp8_format,
+                   "--precision fp8: hybrid (E4M3 activations and weights, E5M2 gradients) or e4m3 (E4M3 for all)")
+        ->check(CLI::IsMember({"hybrid", "e4m3"}))
+        ->capture_default_str();
+    app.add_option("--fp8-history", a.fp8_history,
+                   "--precision fp8: steps of amax history each tensor's scale is computed from")
+        ->check(CLI::Range(1, 65536))
+        ->capture_default_str();
+    app.add_option("--fp8-margin", a.fp8_margin, "--precision fp8: scales divided by 2^MARGIN (headroom)")
+        ->check(CLI::Range(0, 32))
+        ->capture_default_str();
+    app.add_option("--fp8-amax", a.fp8_amax,
+                   "--precision fp8: max (the largest amax of the history) or most_recent (the last one)")
+        ->check(CLI::IsMember({"max", "most_recent"}))
         ->capture_default_str();
     app.add_option("--batch-size", a.batch_size, "Examples per step")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
@@ -218,6 +236,9 @@ void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision 
     throw UsageError("model " + a.model + " classifies 28x28 images: --data text:FILE needs --model gpt");
   if (lm && a.augment != "none")
     throw UsageError("--augment " + a.augment + " mirrors images; model " + a.model + " reads token sequences");
+  if (precision == train::Precision::kFP8 && a.checkpoint_activations)
+    throw UsageError("--checkpoint-activations cannot be used with --precision fp8: the recomputed forward would "
+                     "quantise with scales that changed since the forward");
   // compare's "same" gives each 16-bit run parameters of its own dtype, valid by construction.
   if (a.master_weights == "same") return;
   const train::PrecisionConfig c{.precision = precision,
@@ -334,6 +355,10 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.precision.compact_state = a.compact_state;
   o.precision.weight_update = train::parse_weight_update(a.weight_update);
   o.precision.rounding_seed = a.seed;
+  o.precision.fp8 = {.format = amp::parse_fp8_format(a.fp8_format),
+                     .amax_history_len = a.fp8_history,
+                     .margin = a.fp8_margin,
+                     .amax_compute = amp::parse_amax_compute(a.fp8_amax)};
   if (a.augment == "flip") o.train_transform = data::random_horizontal_flip(a.seed);
   o.flops_per_sample = info.flops_per_sample;
   // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.

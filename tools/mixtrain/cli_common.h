@@ -41,6 +41,11 @@ struct RunArgs {
   bool checkpoint_activations = false;  // --checkpoint-activations: recompute block activations in backward
   bool compact_state = false;  // --compact-state: packed fp32 masters + bf16 first moment (bf16 parameters)
   std::string weight_update = "master";  // --weight-update: master, stochastic, kahan, nearest (bf16 parameters)
+  // --fp8-*: the FP8 recipe of --precision fp8 (amp/fp8.h)
+  std::string fp8_format = "hybrid";
+  int fp8_history = 1024;
+  int fp8_margin = 0;
+  std::string fp8_amax = "max";
   int64_t epochs = 1;
   int64_t steps = 0;
   int64_t batch_size = 128;

@@ -28,7 +28,7 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
   cmd->add_option("--precisions", args.precisions, "Comma-separated precisions to compare")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}))
       ->capture_default_str();
   add_run_flags(*cmd, args.run, Flags::kModel | Flags::kData | Flags::kTraining | Flags::kCommon);
   cmd->add_option("--master-weights", args.run.master_weights,

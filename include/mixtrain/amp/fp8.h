@@ -21,7 +21,8 @@
 // q = fp8(value * scale) with the scale computed *before* it was seen:
 //     scale = fp8_max / reduce(history) / 2^margin,  reduce = max (default) or the most recent
 // (fp8_max: 448 for E4M3, 57344 for E5M2), then its own amax joins the history for the next one.
-// The first tensor of a role uses scale 1. The scale is kept unchanged when the reduced amax is 0
+// The first tensor of a role uses scale 1. Only forwards in grad mode record (evaluation and
+// inference under NoGradGuard quantise with the current scales and leave them unchanged). The scale is kept unchanged when the reduced amax is 0
 // (nothing seen yet but zeros) or the new scale would not be a finite positive fp32 number. A
 // non-finite amax (an inf/NaN tensor: an overflowing fp16 step that a GradScaler will skip, or a
 // diverged run) is not recorded, so one bad step does not freeze the scale for a whole history

@@ -3,7 +3,11 @@
 //   precision   fp32: plain fp32 training (no autocast)
 //               bf16: forward + loss under mt::amp::Autocast(kCPU, kBFloat16)
 //               fp16: forward + loss under mt::amp::Autocast(kCPU, kFloat16)
-//   scaler      auto: a GradScaler for fp16 only (bf16 has fp32's exponent range: nothing underflows)
+//               fp8:  as bf16, and nn::Linear layers in FP8 under mt::amp::Fp8Autocast with the
+//                     recipe `fp8` (E4M3 forward, E5M2 gradients, delayed scaling; amp/fp8.h),
+//                     emulated on the CPU: for accuracy studies, not for speed
+//   scaler      auto: a GradScaler for fp16 only (bf16 has fp32's exponent range: nothing underflows;
+//               FP8 layers scale each tensor themselves)
 //               on / off: forced (PyTorch accepts a scaler with any dtype; scaling bf16 is harmless)
 //   parameters  fp32 (default): fp32 weights used through autocast, mode (a) of optim/optimizer.h
 //               bf16 / fp16: the model is converted to that dtype and the optimizer keeps fp32
@@ -36,6 +40,7 @@
 #include <string>
 #include <string_view>
 
+#include "mixtrain/amp/fp8.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/dtype.h"
 #include "mixtrain/nn/module.h"
@@ -43,7 +48,7 @@
 
 namespace mixtrain::train {
 
-enum class Precision { kFP32, kBF16, kFP16 };
+enum class Precision { kFP32, kBF16, kFP16, kFP8 };
 enum class ScalerMode { kAuto, kOn, kOff };
 enum class WeightUpdate { kMaster, kStochastic, kKahan, kNearest };
 
@@ -60,9 +65,11 @@ struct PrecisionConfig {
   uint64_t rounding_seed = 0;
   // GradScaler settings when the scaler is on (`enabled` is ignored: the scaler rule decides).
   amp::GradScalerOptions scaler_options = {};
+  // The FP8 recipe of precision fp8 (ignored otherwise).
+  amp::Fp8Recipe fp8 = {};
 };
 
-// "fp32", "bf16", "fp16".
+// "fp32", "bf16", "fp16", "fp8".
 std::string_view to_string(Precision precision);
 std::string_view to_string(ScalerMode mode);
 std::string_view to_string(WeightUpdate mode);  // "master", "stochastic", "kahan", "nearest"
@@ -76,7 +83,8 @@ ScalerMode parse_scaler_mode(std::string_view text);
 WeightUpdate parse_weight_update(std::string_view text);
 DType parse_param_dtype(std::string_view text);
 
-// The autocast dtype of a precision; nullopt for fp32 (no autocast region).
+// The autocast dtype of a precision; nullopt for fp32 (no autocast region); bf16 for fp8 (the
+// layers that do not run in FP8).
 std::optional<DType> autocast_dtype(Precision precision);
 
 // The scaler rule: on for fp16 under kAuto, else as forced.

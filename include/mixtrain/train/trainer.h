@@ -325,6 +325,10 @@ class Trainer {
   // Where the model's parameters live (the CPU for a model without any): batches, which datasets
   // make on the host, are moved there, and autocast runs for its device type.
   Device model_device() const;
+  // The FP8 region of a forward: enabled with the recipe for precision fp8, disabled otherwise.
+  amp::Fp8AutocastOptions fp8_region() const {
+    return {.enabled = options_.precision.precision == Precision::kFP8, .recipe = options_.precision.fp8};
+  }
   // One optimisation step on `batch`; returns the StepInfo fields it knows.
   StepInfo train_step(const data::Batch& batch);
   void finish_epoch(RunState& run, bool evaluate_now);
