@@ -355,6 +355,26 @@ TEST(Fp8Linear, NonFiniteInputsStayNonFiniteAndStaleScalesSaturate) {
   EXPECT_EQ(state->input.amax_history().size(), 1u);
 }
 
+TEST(Fp8Linear, ForwardsWithoutGradModeUseTheScalesWithoutRecording) {
+  // Evaluation must not change how a run trains: no-grad forwards quantise with the current scales.
+  auto state = state_with(2.0f, 4.0f, 1.0f);
+  const Tensor x = mt::from_vector<float>({0.3f, -1.7f}, {1, 2}), w = mt::from_vector<float>({0.9f, 0.2f}, {1, 2});
+  Tensor y;
+  {
+    mt::NoGradGuard no_grad;
+    y = mt::amp::fp8_linear(x, w, Tensor(), state, {});
+  }
+  EXPECT_TRUE(state->input.amax_history().empty());
+  EXPECT_TRUE(state->weight.amax_history().empty());
+  EXPECT_EQ(state->input.scale(), 2.0f);
+  EXPECT_EQ(state->weight.scale(), 4.0f);
+  const double expected = qdq(0.3f, 2.0f, Fp8Format::kE4M3) * qdq(0.9f, 4.0f, Fp8Format::kE4M3) +
+                          qdq(-1.7f, 2.0f, Fp8Format::kE4M3) * qdq(0.2f, 4.0f, Fp8Format::kE4M3);
+  EXPECT_FLOAT_EQ(y.item<float>(), static_cast<float>(expected));
+  (void)mt::amp::fp8_linear(x, w, Tensor(), state, {});  // grad mode on: recorded
+  EXPECT_EQ(state->input.amax_history(), std::vector<float>{1.7f});
+}
+
 TEST(Fp8Linear, ArgumentErrors) {
   auto state = std::make_shared<Fp8LinearState>();
   const Tensor x = mt::zeros({2, 4}), w = mt::zeros({3, 4});

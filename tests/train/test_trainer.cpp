@@ -273,7 +273,13 @@ TEST(Trainer, PrecisionNamesAndValidation) {
   EXPECT_EQ(tr::parse_precision("bf16"), tr::Precision::kBF16);
   EXPECT_EQ(tr::to_string(tr::Precision::kFP16), "fp16");
   EXPECT_EQ(tr::parse_param_dtype("fp16"), mt::kFloat16);
-  EXPECT_THROW(tr::parse_precision("fp8"), mt::Error);
+  EXPECT_EQ(tr::parse_precision("fp8"), tr::Precision::kFP8);
+  EXPECT_EQ(tr::to_string(tr::Precision::kFP8), "fp8");
+  EXPECT_EQ(tr::autocast_dtype(tr::Precision::kFP8), mt::kBFloat16) << "the layers that are not FP8 run in bf16";
+  EXPECT_FALSE(tr::uses_scaler(tr::Precision::kFP8, tr::ScalerMode::kAuto));
+  EXPECT_THROW(tr::parse_precision("fp4"), mt::Error);
+  EXPECT_THROW(tr::validate({.precision = tr::Precision::kFP8, .fp8 = {.margin = 99}}), mt::Error);
+  EXPECT_NO_THROW(tr::validate({.precision = tr::Precision::kFP8, .param_dtype = mt::kBFloat16}));
   EXPECT_THROW(tr::parse_scaler_mode("maybe"), mt::Error);
   EXPECT_NO_THROW(tr::validate({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16}));
   EXPECT_THROW(tr::validate({.precision = tr::Precision::kBF16, .param_dtype = mt::kFloat16}), mt::Error);

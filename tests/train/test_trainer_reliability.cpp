@@ -408,3 +408,51 @@ TEST(FindLatestCheckpoint, PicksTheHighestStep) {
   fit(r);
   EXPECT_EQ(tr::find_latest_checkpoint(dir.path()), dir.file("checkpoint.safetensors"));
 }
+
+// ---- FP8 scaling state in checkpoints ----------------------------------------------------------------
+
+// Every FP8 layer's scales and histories travel in the checkpoint (fp8.<layer>.<role>.*); a resumed
+// run ends with the parameters of the uninterrupted one, and crafted FP8 tensors are refused.
+TEST(Fp8Checkpoint, ResumesExactlyAndRefusesCraftedState) {
+  TempDir dir;
+  auto fp8_run = [&](const std::string& out, int64_t steps) {
+    RunSetup r = base_run(out, steps);
+    r.o.precision = {.precision = tr::Precision::kFP8, .fp8 = {.amax_history_len = 2}};
+    r.o.lr_decay = tr::LrDecay::kConstant;
+    return r;
+  };
+  auto train = [](const RunSetup& r) {
+    auto model = small_model();
+    tr::Trainer trainer(*model, tr::adamw(r.lr, 0.01), *r.data, nullptr, r.o);
+    trainer.fit();
+    return model->parameters()[0].to_vector<float>();
+  };
+  const std::vector<float> straight = train(fp8_run("", 6));
+  train(fp8_run(dir.path(), 3));
+  const mt::io::Checkpoint good = mt::io::load_checkpoint(dir.file("checkpoint.safetensors"));
+  for (const char* key : {"fp8.1.input.scale", "fp8.1.weight.amax_history", "fp8.3.grad_output.scale"})
+    EXPECT_EQ(good.tensors.count(key), 1u) << key;
+  RunSetup resumed = fp8_run("", 6);
+  resumed.o.resume_from = dir.file("checkpoint.safetensors");
+  EXPECT_EQ(train(resumed), straight);
+
+  auto resume_error = [&](const std::function<void(mt::io::Checkpoint&)>& edit) {
+    mt::io::Checkpoint ck = good;
+    edit(ck);
+    mt::io::save_checkpoint(dir.file("bad.safetensors"), ck);
+    RunSetup r = fp8_run("", 6);
+    r.o.resume_from = dir.file("bad.safetensors");
+    return mt::testing::error_message([&] { train(r); });
+  };
+  auto has = [](const std::string& msg, const char* part) { return msg.find(part) != std::string::npos; };
+  std::string msg = resume_error([](auto& ck) { ck.tensors["fp8.1.input.scale"] = mt::full({1}, std::nan("")); });
+  EXPECT_TRUE(has(msg, "FP8 state of '1' (input)") && has(msg, "finite and > 0")) << msg;
+  msg = resume_error([](auto& ck) { ck.tensors["fp8.9.input.scale"] = mt::ones({1}); });
+  EXPECT_TRUE(has(msg, "unexpected FP8 tensor")) << msg;
+  msg = resume_error([](auto& ck) { ck.tensors["fp8.1.weight.amax_history"] = mt::ones({2}, {.dtype = mt::kFloat64}); });
+  EXPECT_TRUE(has(msg, "must be float32")) << msg;
+  msg = resume_error([](auto& ck) { ck.tensors["fp8.1.weight.amax_history"] = mt::full({2}, -1.0); });
+  EXPECT_TRUE(has(msg, "amax must be finite and >= 0")) << msg;
+  msg = resume_error([](auto& ck) { ck.tensors.erase("fp8.3.weight.scale"); });
+  EXPECT_TRUE(has(msg, "FP8 state of '3' (weight)")) << msg;
+}
