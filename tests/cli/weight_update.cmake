@@ -6,20 +6,8 @@
 file(REMOVE_RECURSE ${DIR})
 set(common train --model gpt --data text:${CORPUS} --precision bf16 --master-weights bf16 --weight-update ${MODE}
     --batch-size 4 --lr 3e-3 --lr-decay constant --seed 5)
-function(run name)
-  execute_process(COMMAND ${MIXTRAIN} ${common} ${ARGN} --out ${DIR}/${name} RESULT_VARIABLE rc ERROR_VARIABLE err
-                  OUTPUT_QUIET)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${name} run failed (${rc}): ${err}")
-  endif()
-endfunction()
-function(expect_same a b what)
-  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${DIR}/${a}/model.safetensors ${DIR}/${b}/model.safetensors
-                  RESULT_VARIABLE differ)
-  if(NOT differ EQUAL 0)
-    message(FATAL_ERROR "${MODE}: ${what}")
-  endif()
-endfunction()
+set(LABEL ${MODE})
+include(${CMAKE_CURRENT_LIST_DIR}/train_runs.cmake)
 run(one_thread --steps 6 --threads 1)
 run(two_threads --steps 6 --threads 2)
 expect_same(one_thread two_threads "the trained bytes depend on the thread count")
