@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -120,6 +121,58 @@ TEST(Bf16Update, StochasticRoundingIsReproducibleAndThreadCountIndependent) {
     if (level > mt::cpu::detected_isa()) continue;
     mt::cpu::MaxIsaGuard cap(level);
     EXPECT_EQ(a, run.run(Bf16Update::kStochastic, 11, 2)) << mt::cpu::name(level);
+  }
+}
+
+// The vector kernels run every layout of the update with the operations and random bits of the
+// portable loops: weights, moments and the Kahan compensation agree bit for bit at every ISA level,
+// on random values (with weight decay, AMSGrad, an inf and a NaN gradient) and a ragged length.
+TEST(Bf16Update, EveryIsaLevelGivesThePortableBits) {
+  struct Mode {
+    Bf16Update update;
+    mt::DType m, v;
+    bool amsgrad;
+  };
+  const std::vector<Mode> modes = {{Bf16Update::kStochastic, mt::kBFloat16, mt::kBFloat16, false},
+                                   {Bf16Update::kStochastic, mt::kFloat32, mt::kFloat32, true},
+                                   {Bf16Update::kKahan, mt::kBFloat16, mt::kBFloat16, false},
+                                   {Bf16Update::kKahan, mt::kFloat32, mt::kFloat32, false},
+                                   {Bf16Update::kNearest, mt::kBFloat16, mt::kBFloat16, true}};
+  const int64_t n = 4 * 32 * 41 + 29;
+  auto run = [&](const Mode& mode) {
+    mt::Generator gen(3);
+    mt::Tensor p = mt::randn({n}, {}, &gen).to(mt::kBFloat16);
+    p.requires_grad_();
+    optim::AdamW opt({p}, {.lr = 1e-3, .weight_decay = 0.1, .amsgrad = mode.amsgrad, .master_weights = false,
+                           .exp_avg_dtype = mode.m, .exp_avg_sq_dtype = mode.v, .bf16_update = mode.update,
+                           .rounding_seed = 9});
+    for (int step = 0; step < 4; ++step) {
+      std::vector<float> g = (mt::randn({n}, {}, &gen) * 0.01).to_vector<float>();
+      if (step == 2) g[5] = std::numeric_limits<float>::infinity(), g[77] = std::nanf("");
+      p.set_grad(mt::from_vector(g, {n}).to(mt::kBFloat16));
+      opt.step();
+    }
+    // Every value as its fp32 bit pattern (bf16 widens exactly; NaN payloads are kept).
+    std::vector<std::vector<uint32_t>> out;
+    const mt::optim::ParamState& st = opt.state(0);
+    for (const mt::Tensor& t : {p.detach(), st.exp_avg, st.exp_avg_sq, st.kahan_comp.defined() ? st.kahan_comp : mt::zeros({1})}) {
+      out.emplace_back();
+      for (float f : t.to(mt::kFloat32).to_vector<float>()) out.back().push_back(std::bit_cast<uint32_t>(f));
+    }
+    return out;
+  };
+  for (const Mode& mode : modes) {
+    SCOPED_TRACE(testing::Message() << "mode " << static_cast<int>(mode.update) << " m " << mode.m << " v " << mode.v);
+    std::vector<std::vector<uint32_t>> portable;
+    {
+      mt::cpu::MaxIsaGuard cap(mt::cpu::Isa::kGeneric);
+      portable = run(mode);
+    }
+    for (mt::cpu::Isa level : mt::cpu::kAllIsas) {
+      if (level == mt::cpu::Isa::kGeneric || level > mt::cpu::detected_isa()) continue;
+      mt::cpu::MaxIsaGuard cap(level);
+      EXPECT_EQ(run(mode), portable) << mt::cpu::name(level);
+    }
   }
 }
 
