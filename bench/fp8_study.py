@@ -22,9 +22,9 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
+import weight_update_study
 from weight_update_study import build_corpus, smooth
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,24 +37,6 @@ MODES = [
     ("fp8-e4m3", ["--precision", "fp8", "--fp8-format", "e4m3"]),
 ]
 COLORS = {"fp32": "black", "bf16": "gray", "fp8": "red", "fp8-h16": "orange", "fp8-e4m3": "blue"}
-
-
-def run(mixtrain, mode, extra, args, work):
-    out = os.path.join(work, mode)
-    cmd = [mixtrain, "train", "--model", "gpt", "--data", f"text:{args.corpus}", "--steps", str(args.steps),
-           "--batch-size", "16"] + extra + ["--seed", str(args.seed), "--threads", str(args.threads), "--out", out,
-                                            "--overwrite"]
-    print("$", " ".join(cmd), file=sys.stderr, flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    with open(os.path.join(out, "summary.json")) as f:
-        summary = json.load(f)
-    losses = []
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if "loss" in rec and "step" in rec:
-                losses.append(rec["loss"])
-    return {"mode": mode, "command": " ".join(cmd[1:]), "summary": summary, "losses": losses}
 
 
 def plot(results, png, work, window=20):
@@ -122,7 +104,9 @@ def main():
     if args.corpus is None:
         args.corpus = build_corpus(os.path.join(work, "corpus.txt"))
     wanted = set(args.modes.split(","))
-    results = [run(args.mixtrain, mode, extra, args, work) for mode, extra in MODES if mode in wanted]
+    args.gpt_steps = args.steps  # the GPT-mini run of the weight-update study, with these flags
+    results = [weight_update_study.run(args.mixtrain, "gpt", mode, extra, args, work)
+               for mode, extra in MODES if mode in wanted]
     print(table(results))
     if args.out:
         with open(args.out, "w") as f:
