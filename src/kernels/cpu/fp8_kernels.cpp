@@ -36,7 +36,7 @@ struct Fp8Quantize {
     // parallel_for runs the body in a region of its own or, when it stays serial (also inside an
     // enclosing region), on the calling thread: only in its own region is the thread number ours.
     const int level = omp_get_level();
-    auto body = [&](int64_t begin, int64_t end, Fp8Format fmt) {
+    auto body = [&]<Fp8Format kFormat>(int64_t begin, int64_t end) {
       AmaxPartial& mine = partial[static_cast<size_t>(omp_get_level() > level ? omp_get_thread_num() : 0)];
       float amax = mine.amax;
       bool nan = mine.nan;
@@ -47,16 +47,16 @@ struct Fp8Quantize {
         nan |= abs_bits > 0x7f800000u;
         const float a = std::bit_cast<float>(abs_bits);
         amax = a > amax ? a : amax;
-        q[i] = fp8_training_bits(v * scale, finite, fmt);
+        q[i] = fp8_training_bits(v * scale, finite, kFormat);
       }
       mine.amax = amax;
       mine.nan = nan;
     };
     // The format as a compile-time constant inside the loop.
     if (format == Fp8Format::kE4M3)
-      parallel_for(n, kGrainSize, [&](int64_t b, int64_t e) { body(b, e, Fp8Format::kE4M3); });
+      parallel_for(n, kGrainSize, [&](int64_t b, int64_t e) { body.template operator()<Fp8Format::kE4M3>(b, e); });
     else
-      parallel_for(n, kGrainSize, [&](int64_t b, int64_t e) { body(b, e, Fp8Format::kE5M2); });
+      parallel_for(n, kGrainSize, [&](int64_t b, int64_t e) { body.template operator()<Fp8Format::kE5M2>(b, e); });
     float amax = 0.0f;
     for (const AmaxPartial& p : partial) {
       if (p.nan) return std::nanf("");

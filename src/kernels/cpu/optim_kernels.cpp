@@ -756,16 +756,22 @@ MT_AVX2_NOFMA_TARGET void adam_chunk_avx2(const AdamTensors& t, const AdamScalar
         const __m256i u = _mm256_castps_si256(x);
         store8_bits(param + i, pack8_epi32_to_epi16(_mm256_srli_epi32(u, 16)));
         store8_bits(low + i, pack8_epi32_to_epi16(_mm256_and_si256(u, low16)));
-      } else if (comp_all != nullptr) {  // Kahan, as adam_chunk: sum - rounded is exact in fp32
-        const __m256 comp = load8(comp_all + i);
-        const __m256 sum = _mm256_add_ps(x0, _mm256_add_ps(_mm256_sub_ps(x, x0), comp));
-        const __m256i p16 = bf16_round8(sum);
-        store8_bits(param + i, pack8_epi32_to_epi16(p16));
-        store8(comp_all + i, _mm256_sub_ps(sum, bf16_bits_to_ps(p16)));
-      } else if (sr_param) {
-        store8_bits(param + i, pack8_epi32_to_epi16(bf16_stochastic8(x, _mm256_and_si256(r, low16))));
       } else {
-        store8(param + i, x);
+        bool stored = false;
+        if constexpr (std::is_same_v<T, bfloat16>) {  // the modes of bf16 weights without a master
+          if (comp_all != nullptr) {  // Kahan, as adam_chunk: sum - rounded is exact in fp32
+            const __m256 comp = load8(comp_all + i);
+            const __m256 sum = _mm256_add_ps(x0, _mm256_add_ps(_mm256_sub_ps(x, x0), comp));
+            const __m256i p16 = bf16_round8(sum);
+            store8_bits(param + i, pack8_epi32_to_epi16(p16));
+            store8(comp_all + i, _mm256_sub_ps(sum, bf16_bits_to_ps(p16)));
+            stored = true;
+          } else if (sr_param) {
+            store8_bits(param + i, pack8_epi32_to_epi16(bf16_stochastic8(x, _mm256_and_si256(r, low16))));
+            stored = true;
+          }
+        }
+        if (!stored) store8(param + i, x);
       }
     }
   }
