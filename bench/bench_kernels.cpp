@@ -1,21 +1,32 @@
-// Hand-written CPU kernels at every vector level this CPU reaches: the AdamW step and max_pool2d's
-// 2x2 stride-2 path (forward + backward). Each benchmark runs at one cap (MIXTRAIN_MAX_ISA's levels
-// through cpu::MaxIsaGuard), so one run shows what the AVX2 and AVX-512 kernels gain over the
-// portable loops on the same CPU. Counter "GB/s": the bytes the kernel must read and write.
+// Hand-written CPU kernels at every vector level this CPU reaches: the AdamW step, max_pool2d's
+// 2x2 stride-2 path, the fused causal attention, softmax, layer norm, GELU and the 16-bit
+// conversions. Each benchmark runs at one cap (MIXTRAIN_MAX_ISA's levels through
+// cpu::MaxIsaGuard), so one run shows what the AVX2 and AVX-512 kernels gain over the portable loops
+// on the same CPU, and whether the AVX2 path keeps up with the AVX-512 one per vector lane.
+// Counters: "GB/s", the bytes the kernel must read and write (for memory-bound kernels), and
+// "GFLOP/s" for the attention (multiply-adds of the causal products as computed, x 2).
 //
 //   adamw/<layout>/<isa>   4M parameters: fp32 (params, grads, m, v), bf16+master (bf16 params and
 //                          grads, fp32 masters and moments), compact (bf16 params, grads and m,
 //                          packed low halves, fp32 v), kahan and stochastic (bf16 params, grads, m
 //                          and v, no masters; kahan adds its bf16 compensation)
 //   maxpool2x2/<dtype>/<isa>  [64, 32, 28, 28] -> [64, 32, 14, 14], forward and backward
+//   attention/<dtype>/<isa>   GPT-mini's qkv_attention: qkv [16, 128, 768], 4 heads, causal,
+//                             forward and backward
+//   softmax/<dtype>/<isa>     [4096, 1024] over the last dim, forward and backward
+//   layer_norm/<dtype>/<isa>  GPT-mini's [2048, 256] with weight and bias, forward and backward
+//   gelu/<dtype>/<isa>        GPT-mini's MLP activation [2048, 1024] (erf), forward and backward
+//   convert/<from>-<to>/<isa> 4M elements, fp32 <-> bf16 and fp32 <-> fp16
 #include <benchmark/benchmark.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/cpu.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/nn/functional.h"
+#include "mixtrain/ops/elementwise.h"
 #include "mixtrain/optim/adam.h"
 
 namespace mt = mixtrain;
@@ -61,6 +72,78 @@ void BM_MaxPool2x2(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level)
       benchmark::Counter((in * elem * 2 + out * elem * 2 + out * 2) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Forward + backward of a one-input op with an upstream gradient of the output's shape.
+template <class Op>
+void run_forward_backward(benchmark::State& state, mt::Tensor x, const mt::Tensor& gy, Op op) {
+  x.requires_grad_();
+  for (auto _ : state) {
+    mt::Tensor y = op(x);
+    y.backward(gy);
+    benchmark::DoNotOptimize(x.grad().raw_data());
+    x.set_grad(mt::Tensor());
+  }
+}
+
+void BM_Attention(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
+  mt::cpu::MaxIsaGuard cap(level);
+  const int64_t B = 16, T = 128, C = 256, H = 4;
+  mt::Generator gen(3);
+  mt::Tensor qkv = mt::randn({B, T, 3 * C}, {}, &gen).to(dtype);
+  mt::Tensor gy = mt::randn({B, T, C}, {}, &gen).to(dtype);
+  run_forward_backward(state, qkv, gy, [=](const mt::Tensor& x) { return mt::nn::functional::qkv_attention(x, H, true); });
+  // Causal products as computed: T * (T + 1) / 2 (query, key) pairs per head, D multiply-adds per
+  // pair, in the forward's two products (scores, probabilities @ v) and backward's four (recomputed
+  // scores, dV, dP, dQ and dK: five).
+  const double pairs = static_cast<double>(B * H) * T * (T + 1) / 2, D = static_cast<double>(C / H);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * pairs * D * (2 + 5) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Rows of a memory-bound op: forward reads x, writes y; backward reads gy (and y or x), writes gx.
+void BM_Softmax(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
+  mt::cpu::MaxIsaGuard cap(level);
+  mt::Generator gen(4);
+  const int64_t rows = 4096, cols = 1024;
+  run_forward_backward(state, mt::randn({rows, cols}, {}, &gen).to(dtype), mt::randn({rows, cols}, {}, &gen).to(dtype),
+                       [](const mt::Tensor& x) { return mt::nn::functional::softmax(x, -1); });
+  const double bytes = static_cast<double>(rows * cols * mt::element_size(dtype)) * 5;
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_LayerNorm(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
+  mt::cpu::MaxIsaGuard cap(level);
+  mt::Generator gen(5);
+  const int64_t rows = 2048, C = 256;
+  mt::Tensor w = (mt::randn({C}, {}, &gen) * 0.1 + 1.0).requires_grad_();
+  mt::Tensor b = mt::randn({C}, {}, &gen).requires_grad_();
+  run_forward_backward(state, mt::randn({rows, C}, {}, &gen).to(dtype), mt::randn({rows, C}, {}, &gen).to(dtype),
+                       [&](const mt::Tensor& x) { return mt::nn::functional::layer_norm(x, {C}, w, b); });
+  const double bytes = static_cast<double>(rows * C * mt::element_size(dtype)) * 5;
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Gelu(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
+  mt::cpu::MaxIsaGuard cap(level);
+  mt::Generator gen(6);
+  const int64_t rows = 2048, cols = 1024;
+  run_forward_backward(state, mt::randn({rows, cols}, {}, &gen).to(dtype), mt::randn({rows, cols}, {}, &gen).to(dtype),
+                       [](const mt::Tensor& x) { return mt::gelu(x); });
+  const double bytes = static_cast<double>(rows * cols * mt::element_size(dtype)) * 5;
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Convert(benchmark::State& state, mt::DType from, mt::DType to, mt::cpu::Isa level) {
+  mt::cpu::MaxIsaGuard cap(level);
+  mt::Generator gen(7);
+  const int64_t n = int64_t{1} << 22;
+  mt::Tensor x = mt::randn({n}, {}, &gen).to(from);
+  for (auto _ : state) {
+    mt::Tensor y = x.to(to);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  const double bytes = static_cast<double>(n) * static_cast<double>(mt::element_size(from) + mt::element_size(to));
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,6 +151,12 @@ int main(int argc, char** argv) {
   std::vector<Isa> levels;
   for (Isa level : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512})
     if (mt::cpu::detected_isa() >= level) levels.push_back(level);
+  // The conversions have one more level: AVX512-BF16's rounding instruction.
+  std::vector<Isa> convert_levels = levels;
+  if (mt::cpu::detected_isa() >= Isa::kAvx512Bf16) convert_levels.push_back(Isa::kAvx512Bf16);
+  auto add = [](const std::string& name, auto fn, auto... args) {
+    benchmark::RegisterBenchmark(name.c_str(), fn, args...)->Unit(benchmark::kMillisecond)->UseRealTime();
+  };
   const AdamLayout layouts[] = {
       {"fp32", mt::kFloat32, {}, 4 * (2 + 1 + 2 + 2)},
       {"bf16+master", mt::kBFloat16, {.master_weights = true}, 2 + 2 + 4 * 2 + 4 * 2 + 4 * 2},
@@ -98,6 +187,19 @@ int main(int argc, char** argv) {
                                    BM_MaxPool2x2, dt, level)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+  for (mt::DType dt : {mt::kFloat32, mt::kBFloat16})
+    for (Isa level : levels) {
+      const std::string suffix = std::string(mt::name(dt)) + "/" + mt::cpu::name(level);
+      add("attention/" + suffix, BM_Attention, dt, level);
+      add("softmax/" + suffix, BM_Softmax, dt, level);
+      add("layer_norm/" + suffix, BM_LayerNorm, dt, level);
+      add("gelu/" + suffix, BM_Gelu, dt, level);
+    }
+  for (auto [from, to] : {std::pair{mt::kFloat32, mt::kBFloat16}, std::pair{mt::kBFloat16, mt::kFloat32},
+                          std::pair{mt::kFloat32, mt::kFloat16}, std::pair{mt::kFloat16, mt::kFloat32}})
+    for (Isa level : convert_levels)
+      add(std::string("convert/") + std::string(mt::name(from)) + "-" + std::string(mt::name(to)) + "/" + mt::cpu::name(level), BM_Convert, from,
+          to, level);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
