@@ -312,13 +312,18 @@ MT_POOL_AVX2_TARGET inline void max2x2_block8(const T* in0, const T* in1, T* out
   _mm_storel_epi64(reinterpret_cast<__m128i*>(am), _mm_packus_epi16(k16, k16));
 }
 
-// A row's last OW % 8 windows go through zero-padded buffers (AVX2 has no masked 16-bit loads), so
-// that short rows (a 28 x 28 image pools to OW = 14, then 7) stay vectorised.
+// A row's last OW % 8 windows: when the row has 8 or more, one more block ending at the row's end
+// (it recomputes a few windows and writes the same values again); a shorter row (a 28 x 28 image
+// pools to OW = 14, then 7) goes through zero-padded buffers (AVX2 has no masked 16-bit loads).
 template <typename T>
 MT_POOL_AVX2_TARGET void max2x2_row_avx2(const T* in0, const T* in1, T* out, uint8_t* am, int64_t OW) {
   int64_t ow = 0;
   for (; ow + 8 <= OW; ow += 8) max2x2_block8(in0 + 2 * ow, in1 + 2 * ow, out + ow, am + ow);
   if (ow == OW) return;
+  if (OW >= 8) {
+    ow = OW - 8;
+    return max2x2_block8(in0 + 2 * ow, in1 + 2 * ow, out + ow, am + ow);
+  }
   const size_t n = static_cast<size_t>(OW - ow);
   T t0[16] = {}, t1[16] = {}, o[8];
   uint8_t a[8];
@@ -362,6 +367,10 @@ MT_POOL_AVX2_TARGET void max2x2_bwd_row_avx2(const T* gy, const uint8_t* am, T* 
   int64_t ow = 0;
   for (; ow + 8 <= OW; ow += 8) max2x2_bwd_block8(gy + ow, am + ow, gx0 + 2 * ow, gx1 + 2 * ow);
   if (ow == OW) return;
+  if (OW >= 8) {  // as in the forward: the last block ends at the row's end
+    ow = OW - 8;
+    return max2x2_bwd_block8(gy + ow, am + ow, gx0 + 2 * ow, gx1 + 2 * ow);
+  }
   const size_t n = static_cast<size_t>(OW - ow);
   T g[8] = {}, o0[16], o1[16];
   uint8_t a[8] = {};
