@@ -18,8 +18,9 @@ Method (the machine is shared and noisy, so only medians and same-run ratios are
   and once in PyTorch (and with --pytorch-compile once more through torch.compile), alternating,
   so a burst of load from elsewhere hits both. A cell's step time is the median over repetitions
   of each run's median step. Both sides stream a new batch every step from a synthetic dataset.
-- --isa avx2 caps both sides to AVX2: MIXTRAIN_MAX_ISA=avx2 for mixtrain, ATEN_CPU_CAPABILITY=avx2
-  and ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA=AVX2 for PyTorch. --isa native caps neither.
+- --isa avx2 caps both sides to AVX2: MIXTRAIN_MAX_ISA=avx2 for mixtrain, ATEN_CPU_CAPABILITY=avx2,
+  ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2 (its fp32 GEMMs) for
+  PyTorch. --isa native caps neither.
 - Timed steps per run depend on the workload (mlp 300, mlp-wide 100, cnn and gpt 20) so that every
   run times about a second or more of mixtrain steps; a median over 20 steps of a 3 ms step moves
   by 10-40% with the load of the moment. --steps N times N steps everywhere.
@@ -59,7 +60,9 @@ PYTORCH_PRECISIONS = ("fp32", "bf16", "fp16")
 # Environment that caps each side to an ISA class (--isa).
 ISA_ENV = {"native": ({}, {}),
            "avx2": ({"MIXTRAIN_MAX_ISA": "avx2"},
-                    {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"})}
+                    {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
+                     # current PyTorch's fp32 matrix products go through MKL, which has a cap of its own
+                     "MKL_ENABLE_INSTRUCTIONS": "AVX2"})}
 
 
 def run(cmd, env=None):
