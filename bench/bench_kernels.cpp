@@ -98,37 +98,33 @@ void BM_Attention(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) 
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * pairs * D * (2 + 5) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Rows of a memory-bound op: forward reads x, writes y; backward reads gy (and y or x), writes gx.
-void BM_Softmax(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
+// A memory-bound op on [rows, cols], forward and backward: forward reads x and writes y, backward
+// reads gy and y (or x) and writes gx, five tensors' bytes in all.
+template <class Op>
+void run_rows(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level, int64_t rows, int64_t cols, Op op) {
   mt::cpu::MaxIsaGuard cap(level);
   mt::Generator gen(4);
-  const int64_t rows = 4096, cols = 1024;
   run_forward_backward(state, mt::randn({rows, cols}, {}, &gen).to(dtype), mt::randn({rows, cols}, {}, &gen).to(dtype),
-                       [](const mt::Tensor& x) { return mt::nn::functional::softmax(x, -1); });
+                       op);
   const double bytes = static_cast<double>(rows * cols * mt::element_size(dtype)) * 5;
   state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Softmax(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
+  run_rows(state, dtype, level, 4096, 1024, [](const mt::Tensor& x) { return mt::nn::functional::softmax(x, -1); });
 }
 
 void BM_LayerNorm(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
-  mt::cpu::MaxIsaGuard cap(level);
+  const int64_t C = 256;
   mt::Generator gen(5);
-  const int64_t rows = 2048, C = 256;
   mt::Tensor w = (mt::randn({C}, {}, &gen) * 0.1 + 1.0).requires_grad_();
   mt::Tensor b = mt::randn({C}, {}, &gen).requires_grad_();
-  run_forward_backward(state, mt::randn({rows, C}, {}, &gen).to(dtype), mt::randn({rows, C}, {}, &gen).to(dtype),
-                       [&](const mt::Tensor& x) { return mt::nn::functional::layer_norm(x, {C}, w, b); });
-  const double bytes = static_cast<double>(rows * C * mt::element_size(dtype)) * 5;
-  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  run_rows(state, dtype, level, 2048, C,
+           [&](const mt::Tensor& x) { return mt::nn::functional::layer_norm(x, {C}, w, b); });
 }
 
 void BM_Gelu(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
-  mt::cpu::MaxIsaGuard cap(level);
-  mt::Generator gen(6);
-  const int64_t rows = 2048, cols = 1024;
-  run_forward_backward(state, mt::randn({rows, cols}, {}, &gen).to(dtype), mt::randn({rows, cols}, {}, &gen).to(dtype),
-                       [](const mt::Tensor& x) { return mt::gelu(x); });
-  const double bytes = static_cast<double>(rows * cols * mt::element_size(dtype)) * 5;
-  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  run_rows(state, dtype, level, 2048, 1024, [](const mt::Tensor& x) { return mt::gelu(x); });
 }
 
 void BM_Convert(benchmark::State& state, mt::DType from, mt::DType to, mt::cpu::Isa level) {
