@@ -53,25 +53,6 @@ void BM_AdamW(benchmark::State& state, AdamLayout layout, mt::cpu::Isa level) {
       benchmark::Counter(static_cast<double>(n * layout.bytes_per_param) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_MaxPool2x2(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
-  mt::cpu::MaxIsaGuard cap(level);
-  mt::Generator gen(2);
-  mt::Tensor x = mt::randn({64, 32, 28, 28}, {}, &gen).to(dtype).requires_grad_();
-  const mt::nn::functional::Pool2dOptions o{.kernel_h = 2, .kernel_w = 2};
-  mt::Tensor gy = mt::randn({64, 32, 14, 14}, {}, &gen).to(dtype);
-  for (auto _ : state) {
-    mt::Tensor y = mt::nn::functional::max_pool2d(x, o);
-    y.backward(gy);
-    benchmark::DoNotOptimize(x.grad().raw_data());
-    x.set_grad(mt::Tensor());
-  }
-  // Forward reads x, writes y and the argmax bytes; backward reads gy and the argmax, writes gx.
-  const double elem = static_cast<double>(mt::element_size(dtype));
-  const double in = 64.0 * 32 * 28 * 28, out = in / 4;
-  state.counters["GB/s"] =
-      benchmark::Counter((in * elem * 2 + out * elem * 2 + out * 2) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-}
-
 // Forward + backward of a one-input op with an upstream gradient of the output's shape.
 template <class Op>
 void run_forward_backward(benchmark::State& state, mt::Tensor x, const mt::Tensor& gy, Op op) {
@@ -84,18 +65,34 @@ void run_forward_backward(benchmark::State& state, mt::Tensor x, const mt::Tenso
   }
 }
 
+void BM_MaxPool2x2(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
+  mt::cpu::MaxIsaGuard cap(level);
+  mt::Generator gen(2);
+  mt::Tensor x = mt::randn({64, 32, 28, 28}, {}, &gen).to(dtype);
+  const mt::nn::functional::Pool2dOptions o{.kernel_h = 2, .kernel_w = 2};
+  mt::Tensor gy = mt::randn({64, 32, 14, 14}, {}, &gen).to(dtype);
+  run_forward_backward(state, x, gy, [&](const mt::Tensor& t) { return mt::nn::functional::max_pool2d(t, o); });
+  // Forward reads x, writes y and the argmax bytes; backward reads gy and the argmax, writes gx.
+  const double elem = static_cast<double>(mt::element_size(dtype));
+  const double in = 64.0 * 32 * 28 * 28, out = in / 4;
+  state.counters["GB/s"] =
+      benchmark::Counter((in * elem * 2 + out * elem * 2 + out * 2) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_Attention(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
   mt::cpu::MaxIsaGuard cap(level);
   const int64_t B = 16, T = 128, C = 256, H = 4;
   mt::Generator gen(3);
   mt::Tensor qkv = mt::randn({B, T, 3 * C}, {}, &gen).to(dtype);
   mt::Tensor gy = mt::randn({B, T, C}, {}, &gen).to(dtype);
-  run_forward_backward(state, qkv, gy, [=](const mt::Tensor& x) { return mt::nn::functional::qkv_attention(x, H, true); });
+  run_forward_backward(state, qkv, gy,
+                       [=](const mt::Tensor& x) { return mt::nn::functional::qkv_attention(x, H, true); });
   // Causal products as computed: T * (T + 1) / 2 (query, key) pairs per head, D multiply-adds per
-  // pair, in the forward's two products (scores, probabilities @ v) and backward's four (recomputed
-  // scores, dV, dP, dQ and dK: five).
+  // pair, in the forward's two products (scores, probabilities @ v) and the backward's five
+  // (recomputed scores, dV, dP, dQ, dK).
   const double pairs = static_cast<double>(B * H) * T * (T + 1) / 2, D = static_cast<double>(C / H);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * pairs * D * (2 + 5) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * pairs * D * (2 + 5) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // A memory-bound op on [rows, cols], forward and backward: forward reads x and writes y, backward
@@ -173,16 +170,10 @@ int main(int argc, char** argv) {
   };
   for (const AdamLayout& l : layouts)
     for (Isa level : levels)
-      benchmark::RegisterBenchmark((std::string("adamw/") + l.name + "/" + mt::cpu::name(level)).c_str(), BM_AdamW, l,
-                                   level)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
+      add(std::string("adamw/") + l.name + "/" + mt::cpu::name(level), BM_AdamW, l, level);
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16})
     for (Isa level : levels)
-      benchmark::RegisterBenchmark((std::string("maxpool2x2/") + std::string(mt::name(dt)) + "/" + mt::cpu::name(level)).c_str(),
-                                   BM_MaxPool2x2, dt, level)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
+      add("maxpool2x2/" + std::string(mt::name(dt)) + "/" + mt::cpu::name(level), BM_MaxPool2x2, dt, level);
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16})
     for (Isa level : levels) {
       const std::string suffix = std::string(mt::name(dt)) + "/" + mt::cpu::name(level);
@@ -194,8 +185,8 @@ int main(int argc, char** argv) {
   for (auto [from, to] : {std::pair{mt::kFloat32, mt::kBFloat16}, std::pair{mt::kBFloat16, mt::kFloat32},
                           std::pair{mt::kFloat32, mt::kFloat16}, std::pair{mt::kFloat16, mt::kFloat32}})
     for (Isa level : convert_levels)
-      add(std::string("convert/") + std::string(mt::name(from)) + "-" + std::string(mt::name(to)) + "/" + mt::cpu::name(level), BM_Convert, from,
-          to, level);
+      add("convert/" + std::string(mt::name(from)) + "-" + std::string(mt::name(to)) + "/" + mt::cpu::name(level),
+          BM_Convert, from, to, level);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -3,10 +3,10 @@
 // Accumulation: fp32 for the float rows, fp64 for the double rows. Each primitive is written once as
 // a template; the float instantiation is wrapped in a function built three times (AVX-512, AVX2,
 // baseline) and chosen per call from cpu::isa() (the CPU's level under the ISA cap of
-// mixtrain/cpu.h), the double one is built once. `omp simd reduction`
-// lets the compiler vectorise the sums without -ffast-math. GCC builds this file with
-// -fno-trapping-math (CMakeLists.txt): without it, it leaves the exp loops, whose range selects it
-// will not if-convert next to a store, scalar at every level below AVX-512. The AVX2 and AVX-512 builds may contract
+// mixtrain/cpu.h), the double one is built once. `omp simd reduction` lets the compiler vectorise
+// the sums without -ffast-math. GCC builds this file with -fno-trapping-math (CMakeLists.txt):
+// without it, it leaves the exp loops scalar at every level below AVX-512, because it will not
+// if-convert their range selects next to a store. The AVX2 and AVX-512 builds may contract
 // a * b + c into FMAs and sum in their own vector order, so results can differ in the last bits
 // between ISA levels, never between thread counts or runs on one machine.
 #include "kernels/cpu/nn_vec.h"
