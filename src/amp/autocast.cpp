@@ -2,13 +2,16 @@
 // See Note [Autocast] in docs/amp.md for the rules this implements.
 #include "mixtrain/amp/autocast.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
 #include "amp/autocast_state.h"
 #include "core/backend.h"
+#include "kernels/linalg.h"
 #include "mixtrain/autograd.h"
 #include "ops/autocast_hook.h"
+#include "ops/round_through.h"
 
 namespace mixtrain::amp {
 
@@ -24,9 +27,25 @@ namespace {
 using detail::AutocastState;
 using detail::state;
 
-// Process-global cache of weight casts, keyed by the source TensorImpl. An entry remembers the
-// source's storage version so that an in-place update of the weight inside a long region (an
-// optimizer step, say) is not served stale.
+// How a cached weight was converted: cast to the region's dtype, or rounded to it in fp32 for the
+// linear layers on the fp32 route (ops::autocast_linear).
+enum class CastKind : uint8_t { kCast, kRoundedFp32 };
+
+struct CastKey {
+  const TensorImpl* source;
+  CastKind kind;
+  bool operator==(const CastKey&) const = default;
+};
+
+struct CastKeyHash {
+  size_t operator()(const CastKey& k) const {
+    return std::hash<const TensorImpl*>()(k.source) ^ static_cast<size_t>(k.kind);
+  }
+};
+
+// Process-global cache of weight casts, keyed by the source TensorImpl and the kind of conversion.
+// An entry remembers the source's storage version so that an in-place update of the weight inside a
+// long region (an optimizer step, say) is not served stale.
 struct CastCache {
   struct Entry {
     std::weak_ptr<TensorImpl> source;
@@ -34,7 +53,7 @@ struct CastCache {
     Tensor cast;
   };
   std::mutex mu;
-  std::unordered_map<const TensorImpl*, Entry> entries;
+  std::unordered_map<CastKey, Entry, CastKeyHash> entries;
   CastCacheStats stats;
 };
 
@@ -55,19 +74,25 @@ bool cacheable(const Tensor& t, DType target, const AutocastState& s) {
          t.requires_grad() && t.is_leaf();
 }
 
-Tensor cached_cast(const Tensor& t, DType target, const AutocastState& s) {
+// t converted to `target` the `kind` way: t.to(target), or ops::round_through(t, target).
+Tensor convert(const Tensor& t, DType target, CastKind kind) {
+  return kind == CastKind::kCast ? t.to(target) : ops::round_through(t, target);
+}
+
+Tensor cached_cast(const Tensor& t, DType target, const AutocastState& s, CastKind kind = CastKind::kCast) {
   if (t.dtype() == target) return t;
-  if (!cacheable(t, target, s)) return t.to(target);
+  if (!cacheable(t, target, s)) return convert(t, target, kind);
   CastCache& c = cache();
   std::lock_guard lock(c.mu);
-  auto it = c.entries.find(t.impl_ptr().get());
+  const CastKey key{t.impl_ptr().get(), kind};
+  auto it = c.entries.find(key);
   if (it != c.entries.end() && !it->second.source.expired() && it->second.version == t.version()) {
     ++c.stats.hits;
     return it->second.cast;
   }
   ++c.stats.misses;
-  Tensor out = t.to(target);
-  c.entries[t.impl_ptr().get()] = {t.impl_ptr(), t.version(), out};
+  Tensor out = convert(t, target, kind);
+  c.entries[key] = {t.impl_ptr(), t.version(), out};
   return out;
 }
 
@@ -86,7 +111,10 @@ DType promote_target(PolicyId op, std::span<Tensor* const> inputs, const Autocas
   return target;
 }
 
-DType apply_rule(PolicyId op, std::span<Tensor* const> inputs) {
+// `rounded` (may be null): inputs that may be rounded in fp32 instead of cast (the linear layers'
+// parameters; ops::autocast_linear); returns in *any_rounded whether one was.
+DType apply_rule(PolicyId op, std::span<Tensor* const> inputs, std::span<Tensor* const> roundable = {},
+                 bool* any_rounded = nullptr) {
   AutocastState& s = state();
   auto [rule, source] = detail::resolve_rule(op);
   MT_CHECK(!(rule.refuse_fp16 && s.dtype == kFloat16) && !rule.refuse_always, "autocast: ", Policy::name(op),
@@ -113,7 +141,12 @@ DType apply_rule(PolicyId op, std::span<Tensor* const> inputs) {
   for (Tensor* t : inputs) {
     if (t == nullptr || !eligible(*t, s.device_type)) continue;
     if (record) record->input_dtypes.push_back(t->dtype());
-    if (rule.policy != CastPolicy::kInputDtype) *t = cached_cast(*t, target, s);
+    if (rule.policy == CastPolicy::kInputDtype) continue;
+    const bool round = target != kFloat32 && t->dtype() == kFloat32 &&
+                       std::find(roundable.begin(), roundable.end(), t) != roundable.end() &&
+                       kernels::uses_fp32_route(t->device(), target);
+    *t = cached_cast(*t, target, s, round ? CastKind::kRoundedFp32 : CastKind::kCast);
+    if (round && any_rounded) *any_rounded = true;
   }
   return target;
 }
@@ -219,7 +252,7 @@ void reset_cast_cache_stats() {
 
 void clear_autocast_cache() {
   CastCache& c = cache();
-  std::unordered_map<const TensorImpl*, CastCache::Entry> dropped;
+  std::unordered_map<CastKey, CastCache::Entry, CastKeyHash> dropped;
   {
     std::lock_guard lock(c.mu);
     dropped.swap(c.entries);
@@ -254,6 +287,20 @@ AutocastRegionGuard::~AutocastRegionGuard() {
 
 AutocastRegionGuard autocast_slow(OpId op, std::span<Tensor* const> inputs) {
   amp::apply_rule(amp::policy_id(op), inputs);
+  return AutocastRegionGuard(true);
+}
+
+AutocastRegionGuard autocast_linear_slow(OpId op, Tensor& x, Tensor& w, Tensor& b, bool& params_rounded) {
+  Tensor* const inputs[] = {&x, &w, &b};
+  Tensor* const params[] = {&w, &b};
+  const DType target = amp::apply_rule(amp::policy_id(op), inputs, params, &params_rounded);
+  // Rounded parameters need a 16-bit input of the same precision (an ineligible x, fp64 say, keeps
+  // its dtype); otherwise the op sees the casts it would have seen and reports the mismatch.
+  if (params_rounded && x.dtype() != target) {
+    params_rounded = false;
+    if (w.dtype() == kFloat32) w = w.to(target);
+    if (b.defined() && b.dtype() == kFloat32) b = b.to(target);
+  }
   return AutocastRegionGuard(true);
 }
 

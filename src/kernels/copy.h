@@ -18,6 +18,13 @@ using FillFn = void(const Tensor& dst, double value);
 extern DispatchTable<CopyFn> copy_table;
 extern DispatchTable<FillFn> fill_table;
 
+// dst = src rounded to a 16-bit precision and widened back, in one pass: the values of
+// src.to(precision).to(kFloat32) (round to nearest even, the converters of half.h), with no 16-bit
+// tensor in between. dst and src are fp32, contiguous, of one shape; dst may be src. Keyed by the
+// precision (bfloat16 or float16).
+using RoundThroughFn = void(const Tensor& dst, const Tensor& src);
+extern DispatchTable<RoundThroughFn> round_through_table;
+
 inline void copy(const Tensor& dst, const Tensor& src) {
   MT_CHECK(dst.shape() == src.shape(), "copy: shape mismatch, destination ", describe(dst), ", source ", describe(src));
   MT_CHECK(dst.device() == src.device(), "copy: device mismatch, destination on ", dst.device(), ", source on ",

@@ -24,6 +24,7 @@ namespace mixtrain::kernels {
 // ---- the tables (names are what "no kernel" errors show)
 constinit DispatchTable<CopyFn> copy_table{"copy"};
 constinit DispatchTable<FillFn> fill_table{"fill"};
+constinit DispatchTable<RoundThroughFn> round_through_table{"round through 16 bits"};
 constinit DispatchTable<RandomFillFn> random_fill_table{"random fill"};
 
 #define MT_UNARY_TABLE(name) DispatchTable<UnaryFn>{#name},
@@ -100,7 +101,7 @@ void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void
     for (auto& t : tables) visit(t, context);
   };
   for (DispatchTableBase* t : std::initializer_list<DispatchTableBase*>{
-           &copy_table, &fill_table, &random_fill_table, &where_table, &masked_fill_table, &eq_table, &argmax_table,
+           &copy_table, &fill_table, &round_through_table, &random_fill_table, &where_table, &masked_fill_table, &eq_table, &argmax_table,
            &scatter_add_rows, &matmul_table, &conv2d_forward_table, &conv2d_backward_table, &softmax_fwd,
            &softmax_bwd, &attention_fwd, &attention_bwd, &layer_norm_fwd, &layer_norm_bwd, &max_pool2d_fwd,
            &max_pool2d_bwd, &avg_pool2d_fwd, &avg_pool2d_bwd, &dropout_fwd, &dropout_bwd, &batch_norm_stats,

@@ -44,6 +44,20 @@ inline AutocastRegionGuard autocast(OpId op, std::initializer_list<Tensor*> inpu
   return autocast_slow(op, std::span<Tensor* const>(inputs.begin(), inputs.size()));
 }
 
+// For linear and gelu_linear: autocast(op, {&x, &w, &b}), except that where the region's 16-bit
+// matmuls take the fp32 route on the parameters' device (kernels::uses_fp32_route), an fp32 w and b
+// are not cast to 16 bits but rounded to them in fp32 (ops::round_through; cached like a cast) and
+// `params_rounded` is set: x is then 16-bit while w (and b, if it was fp32) stay fp32 holding 16-bit
+// values, which the route's products read without a conversion. The values, and so every result,
+// are those of the casts. Note [Parameters on the fp32 route] in docs/notes/conversions.md.
+AutocastRegionGuard autocast_linear_slow(OpId op, Tensor& x, Tensor& w, Tensor& b, bool& params_rounded);
+
+inline AutocastRegionGuard autocast_linear(OpId op, Tensor& x, Tensor& w, Tensor& b, bool& params_rounded) {
+  params_rounded = false;
+  if (!autocast_active()) return AutocastRegionGuard();
+  return autocast_linear_slow(op, x, w, b, params_rounded);
+}
+
 // For ops taking a runtime-length list (cat, stack): casts the elements of `inputs` in place.
 inline AutocastRegionGuard autocast(OpId op, std::vector<Tensor>& inputs) {
   if (!autocast_active()) return AutocastRegionGuard();

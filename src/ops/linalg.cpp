@@ -178,16 +178,35 @@ Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   Tensor x = x_in, w = w_in, b = b_in;
-  auto region = ops::autocast(OpId::kLinear, {&x, &w, &b});
+  bool params_rounded = false;
+  auto region = ops::autocast_linear(OpId::kLinear, x, w, b, params_rounded);
+  return ops::linear_after_autocast(x, w, b, params_rounded);
+}
+
+namespace ops {
+
+Tensor linear_after_autocast(const Tensor& x, const Tensor& w, const Tensor& b, bool params_rounded) {
   check_floating("linear", x, "input");
   check_floating("linear", w, "weight");
-  check_same("linear", x, "input", w, "weight");
+  if (params_rounded) {
+    MT_INTERNAL_ASSERT(w.dtype() == kFloat32 && (x.dtype() == kBFloat16 || x.dtype() == kFloat16),
+                       "linear: rounded parameters with input ", describe(x), " and weight ", describe(w));
+    MT_CHECK(x.device() == w.device(), "linear: expected input and weight on the same device, got ", x.device(),
+             " and ", w.device());
+  } else {
+    check_same("linear", x, "input", w, "weight");
+  }
   MT_CHECK(w.dim() == 2, "linear: expected a 2-D weight [out_features, in_features], got ", describe(w));
   MT_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", describe(x),
            " does not end in in_features = ", w.size(1), " of weight ", describe(w));
   if (b.defined()) {
     check_floating("linear", b, "bias");
-    check_same("linear", x, "input", b, "bias");
+    if (params_rounded && b.dtype() == kFloat32) {
+      MT_CHECK(x.device() == b.device(), "linear: expected input and bias on the same device, got ", x.device(),
+               " and ", b.device());
+    } else {
+      check_same("linear", x, "input", b, "bias");
+    }
     MT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: expected a bias of shape [", w.size(0), "] for weight ",
              describe(w), ", got ", describe(b));
   }
@@ -198,8 +217,13 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   Tensor x2 = x.detach().reshape({rows, in});
   Tensor bias = b.defined() ? b.detach().contiguous() : Tensor();
   Tensor out2 = Tensor::empty({x2.size(0), out_features}, x.dtype(), x.device());
-  // W^T is a strided (column-major) view of W: oneDNN reads it in place, bias fused.
-  (*kernels::matmul_kernel()(x.device(), x.dtype()))(x2, w.detach().t(), bias, out2);
+  // W^T is a strided (column-major) view of W: oneDNN reads it in place, bias fused. Rounded fp32
+  // parameters go to the route's kernel, which reads fp32 operands as they are.
+  if (params_rounded) {
+    kernels::matmul_fp32_route(x2, w.detach().t(), bias, out2);
+  } else {
+    (*kernels::matmul_kernel()(x.device(), x.dtype()))(x2, w.detach().t(), bias, out2);
+  }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_features;
   Tensor out = out2.view(out_shape);
@@ -207,37 +231,39 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   if (autograd::needs_grad({&x, &w, &b})) {
     const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
     const Shape x_shape = x.shape();
-    const DType dt = x.dtype();
+    const DType dt = x.dtype(), w_dt = w.dtype(), b_dt = b.defined() ? b.dtype() : dt;
     SavedTensor sx = need_w ? SavedTensor(x2) : SavedTensor(), sw = need_x ? SavedTensor(w) : SavedTensor();
     autograd::record("linear", {x, w, b}, out, [=](const TensorList& grads) {
       const ops::LinearOutputGrad gy(to_dtype(grads[0], dt).reshape({rows, out_features}));
       TensorList result(3);
       if (need_x) result[0] = gy.product(gy.g(), sw.unpack("linear")).reshape(x_shape);
-      if (need_w) result[1] = gy.product(gy.g().t(), sx.unpack("linear"));
-      if (need_b) result[2] = gy.bias_grad();
+      if (need_w) result[1] = gy.product(gy.g().t(), sx.unpack("linear"), w_dt);
+      if (need_b) result[2] = gy.bias_grad(b_dt);
       return result;
     });
   }
   return out;
 }
 
-namespace ops {
-
 LinearOutputGrad::LinearOutputGrad(const Tensor& gy)
     : g_(kernels::uses_fp32_route(gy.device(), gy.dtype()) && gy.numel() > 0 ? gy.to(kFloat32) : gy),
       dtype_(gy.dtype()) {}
 
-Tensor LinearOutputGrad::product(const Tensor& a, const Tensor& b) const {
-  if (!route()) return mm(a, b);
-  Tensor out = Tensor::empty({a.size(0), b.size(1)}, dtype_, g_.device());
+Tensor LinearOutputGrad::product(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) const {
+  const DType dt = out_dtype.value_or(dtype_);
+  if (!route()) return to_dtype(mm(a, b), dt);
+  Tensor out = Tensor::empty({a.size(0), b.size(1)}, dt, g_.device());
   kernels::matmul_fp32_route(a, b, Tensor(), out);
   return out;
 }
 
-Tensor LinearOutputGrad::bias_grad() const {
-  Tensor out = Tensor::empty({g_.size(1)}, dtype_, g_.device());
+Tensor LinearOutputGrad::bias_grad(std::optional<DType> out_dtype) const {
+  const DType dt = out_dtype.value_or(dtype_);
+  // sum_rows writes x's dtype, or a 16-bit rounding of an fp32 x.
+  const bool direct = dt == g_.dtype() || g_.dtype() == kFloat32;
+  Tensor out = Tensor::empty({g_.size(1)}, direct ? dt : g_.dtype(), g_.device());
   kernels::sum_rows(g_, out);
-  return out;
+  return direct ? out : out.to(dt);
 }
 
 }  // namespace ops

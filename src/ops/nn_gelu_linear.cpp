@@ -32,11 +32,12 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
     h = gelu(x_.detach());
   }
   Tensor w = w_, b = b_;
-  auto region = ops::autocast(OpId::kGeluLinear, {&h, &w, &b});
+  bool params_rounded = false;
+  auto region = ops::autocast_linear(OpId::kGeluLinear, h, w, b, params_rounded);
   Tensor y;
   {
     NoGradGuard no_grad;  // linear checks w and b and names itself in errors
-    y = linear(h, w.detach(), b.defined() ? b.detach() : b);
+    y = ops::linear_after_autocast(h, w.detach(), b.defined() ? b.detach() : b, params_rounded);
   }
   const Tensor& x = x_;
   if (!autograd::needs_grad({&x, &w, &b})) return y;
@@ -46,15 +47,16 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
   for (int d = 0; d < x.dim() - 1; ++d) rows *= x.size(d);
   autograd::record("gelu_linear", {x, w, b}, y,
                    [sx = SavedTensor(x.detach()), sw = need_x ? SavedTensor(w.detach()) : SavedTensor(), hd = h.dtype(),
-                    need_x, need_w, need_b, in, out, rows, x_shape = x.shape()](const TensorList& grads) {
+                    w_dt = w.dtype(), b_dt = b.defined() ? b.dtype() : h.dtype(), need_x, need_w, need_b, in, out,
+                    rows, x_shape = x.shape()](const TensorList& grads) {
                      const Tensor xv = sx.unpack("gelu_linear");
                      const ops::LinearOutputGrad gy(grads[0].to(hd).reshape({rows, out}));
                      TensorList result(3);
                      if (need_w) {
                        const Tensor hv = gelu(xv).to(hd);  // the forward's gelu(x), cast as the forward cast it
-                       result[1] = gy.product(gy.g().t(), hv.reshape({rows, in}));
+                       result[1] = gy.product(gy.g().t(), hv.reshape({rows, in}), w_dt);
                      }
-                     if (need_b) result[2] = gy.bias_grad();
+                     if (need_b) result[2] = gy.bias_grad(b_dt);
                      if (need_x) {
                        const Tensor gh =
                            gy.product(gy.g(), sw.unpack("gelu_linear")).to(xv.dtype()).reshape(x_shape);

@@ -4,6 +4,7 @@ namespace mixtrain::kernels {
 
 void register_cpu(Registry& registry) {
   register_cpu_copy(registry);
+  register_cpu_round_through(registry);
   register_cpu_random(registry);
   register_cpu_unary(registry);
   register_cpu_binary(registry);

@@ -9,6 +9,7 @@ namespace mixtrain::kernels {
 void register_cpu(Registry& registry);
 
 void register_cpu_copy(const Registry& r);
+void register_cpu_round_through(const Registry& r);
 void register_cpu_random(const Registry& r);
 void register_cpu_unary(const Registry& r);
 void register_cpu_binary(const Registry& r);
