@@ -111,8 +111,8 @@ DType promote_target(PolicyId op, std::span<Tensor* const> inputs, const Autocas
   return target;
 }
 
-// `rounded` (may be null): inputs that may be rounded in fp32 instead of cast (the linear layers'
-// parameters; ops::autocast_linear); returns in *any_rounded whether one was.
+// `roundable`: inputs that may be rounded in fp32 instead of cast (the linear layers' parameters;
+// ops::autocast_linear); *any_rounded (when given) is set if one was.
 DType apply_rule(PolicyId op, std::span<Tensor* const> inputs, std::span<Tensor* const> roundable = {},
                  bool* any_rounded = nullptr) {
   AutocastState& s = state();
@@ -294,9 +294,10 @@ AutocastRegionGuard autocast_linear_slow(OpId op, Tensor& x, Tensor& w, Tensor& 
   Tensor* const inputs[] = {&x, &w, &b};
   Tensor* const params[] = {&w, &b};
   const DType target = amp::apply_rule(amp::policy_id(op), inputs, params, &params_rounded);
-  // Rounded parameters need a 16-bit input of the same precision (an ineligible x, fp64 say, keeps
-  // its dtype); otherwise the op sees the casts it would have seen and reports the mismatch.
-  if (params_rounded && x.dtype() != target) {
+  // Rounded parameters need a rounded weight (not a 16-bit one with only the bias rounded) and a
+  // 16-bit input of the same precision (an ineligible x, fp64 say, keeps its dtype); otherwise the
+  // op sees the casts it would have seen (and reports a mismatch if there is one).
+  if (params_rounded && (w.dtype() != kFloat32 || x.dtype() != target)) {
     params_rounded = false;
     if (w.dtype() == kFloat32) w = w.to(target);
     if (b.defined() && b.dtype() == kFloat32) b = b.to(target);

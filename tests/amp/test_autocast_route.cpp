@@ -205,12 +205,20 @@ TEST(AutocastRoute, ParametersAreRoundedOncePerRegion) {
   EXPECT_EQ(amp::cast_cache_stats().entries, 0);
 }
 
-TEST(AutocastRoute, MismatchedInputsAreStillRefused) {
+TEST(AutocastRoute, OtherDtypeMixesSeeTheCasts) {
   Fp32Route route;
   const Tensor w = randn({4, 8}).requires_grad_();
-  const Tensor x64 = randn({2, 8}).to(kFloat64);  // not autocast-eligible: keeps its dtype
+  const Tensor b = randn({4}).requires_grad_();
+  const Tensor x = randn({2, 8});
   amp::Autocast ac(test_device().type, kBFloat16);
-  EXPECT_THROW(linear(x64, w), Error);
+  // An fp64 input is not autocast-eligible and keeps its dtype: refused as without rounding.
+  EXPECT_THROW(linear(x.to(kFloat64), w), Error);
+  // A bf16 weight with an fp32 bias: the bias is cast, as it would be without rounding.
+  const Tensor w16 = w.detach().to(kBFloat16);
+  Tensor y = linear(x, w16, b);
+  ASSERT_EQ(y.dtype(), kBFloat16);
+  amp::Autocast off(test_device().type, kBFloat16, false);
+  expect_same_bits(y, linear(x.to(kBFloat16), w16, b.to(kBFloat16)), "bf16 weight, fp32 bias");
 }
 
 }  // namespace
