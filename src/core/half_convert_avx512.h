@@ -15,20 +15,9 @@ namespace mixtrain::detail::x86 {
 // The AVX-512 subset these steps and the bulk converters of half_convert_x86.cpp are built for.
 #define MT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-// The scalar fp32_to_bf16_bits on each of 16 lanes (round to nearest even, NaN -> quiet NaN),
-// packed to 16 bits.
-MT_TARGET_AVX512 inline __m256i bf16_round16(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, is_nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-  return _mm512_cvtepi32_epi16(r);
-}
-
-// bf16_widen16(bf16_round16(x)) without the trip through 16 bits: each lane rounded to the nearest
-// bf16 value (ties to even, NaN -> quiet NaN with the top payload bits) and kept as fp32.
+// The scalar fp32_to_bf16_bits on each of 16 lanes (round to nearest even, NaN -> quiet NaN with the
+// top payload bits), the bf16 value kept as fp32: bf16_widen16(bf16_round16(x)) without the trip
+// through 16 bits.
 MT_TARGET_AVX512 inline __m512 bf16_round_through16(__m512 x) {
   const __m512i u = _mm512_castps_si512(x);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
@@ -38,6 +27,11 @@ MT_TARGET_AVX512 inline __m512 bf16_round_through16(__m512 x) {
   const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
   r = _mm512_mask_or_epi32(r, is_nan, _mm512_and_si512(u, high), _mm512_set1_epi32(0x00400000));
   return _mm512_castsi512_ps(r);
+}
+
+// The scalar fp32_to_bf16_bits on each of 16 lanes, packed to 16 bits.
+MT_TARGET_AVX512 inline __m256i bf16_round16(__m512 x) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(bf16_round_through16(x)), 16));
 }
 
 // 16 bf16 values widened exactly to fp32.

@@ -101,7 +101,7 @@ void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void
     for (auto& t : tables) visit(t, context);
   };
   for (DispatchTableBase* t : std::initializer_list<DispatchTableBase*>{
-           &copy_table, &fill_table, &round_through_table, &random_fill_table, &where_table, &masked_fill_table, &eq_table, &argmax_table,
+           &copy_table, &fill_table, &random_fill_table, &where_table, &masked_fill_table, &eq_table, &argmax_table,
            &scatter_add_rows, &matmul_table, &conv2d_forward_table, &conv2d_backward_table, &softmax_fwd,
            &softmax_bwd, &attention_fwd, &attention_bwd, &layer_norm_fwd, &layer_norm_bwd, &max_pool2d_fwd,
            &max_pool2d_bwd, &avg_pool2d_fwd, &avg_pool2d_bwd, &dropout_fwd, &dropout_bwd, &batch_norm_stats,
@@ -110,7 +110,7 @@ void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void
            &sgd_step_table, &adam_step_table, &unpack_master_table, &pack_master_table, &amp_unscale_table,
            &amp_update_scale_table, &matmul_fp32_route_table, &uses_fp32_route_table, &sum_rows_table,
            &sum_to_size_table, &find_bad_index_table, &gather_rows_table, &fp8_quantize_table,
-           &fp8_dequantize_table})
+           &fp8_dequantize_table, &round_through_table})
     visit(*t, context);
   all(unary_forward_tables);
   all(unary_backward_tables);

@@ -9,15 +9,9 @@ Tensor round_through(const Tensor& x, DType precision) {
   MT_CHECK(x.dtype() == kFloat32, "round_through: expected a float32 tensor, got ", describe(x));
   MT_CHECK(precision == kBFloat16 || precision == kFloat16,
            "round_through: the precision must be bfloat16 or float16, got ", precision);
-  Tensor out;
-  if (kernels::round_through_table.has(x.device().type, precision)) {
-    const Tensor src = x.detach().contiguous();
-    out = Tensor::empty(x.shape(), kFloat32, x.device());
-    if (out.numel() > 0) kernels::round_through_table(x.device(), precision)(out, src);
-  } else {  // a backend without the one-pass kernel: the two casts it stands for
-    NoGradGuard no_grad;
-    out = x.to(precision).to(kFloat32);
-  }
+  const Tensor src = x.detach().contiguous();
+  Tensor out = Tensor::empty(x.shape(), kFloat32, x.device());
+  if (out.numel() > 0) kernels::round_through_table(x.device(), precision)(out, src);
   if (autograd::needs_grad({&x})) {
     autograd::record("round_through", {x}, out, [precision](const autograd::TensorList& g) {
       // An fp32 output's gradient is fp32; widening a 16-bit one first changes no value.
