@@ -48,6 +48,10 @@ struct Features {
   bool avx512_bf16 = false;
   bool avx512_fp16 = false;  // not used by mixtrain's kernels or by oneDNN 2.6's GEMMs; reported only
   bool amx = false;          // AMX-TILE and AMX-BF16, with the tile state enabled by the OS
+  // The vendor string of cpuid leaf 0 is "AuthenticAMD". The one use: AMD's AVX512-BF16 cores (Zen 4
+  // and later) retire a bf16 dot product at the rate of an fp32 FMA, Intel's at half of it, which
+  // decides the bf16 GEMM path (kernels::bf16_path).
+  bool amd = false;
 };
 const Features& features();
 // The processor's brand string ("AMD EPYC 7B13", ...), or "unknown x86-64 CPU".

@@ -35,6 +35,14 @@ uint64_t read_xcr0() {
 Features detect() {
   Features f;
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) != 0) {
+    // The vendor string is ebx, edx, ecx: "Auth" "enti" "cAMD".
+    char vendor[12];
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    f.amd = std::memcmp(vendor, "AuthenticAMD", 12) == 0;
+  }
   if (__get_cpuid(1, &a, &b, &c, &d) == 0) return f;
   const bool osxsave = (c >> 27) & 1u;
   if (!osxsave) return f;

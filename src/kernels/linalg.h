@@ -53,13 +53,19 @@ inline void sum_to_size(const Tensor& x, const Tensor& out) { sum_to_size_table(
 
 // How bfloat16 matmuls and convolutions compute. kNative runs oneDNN's bf16 kernels; kFp32
 // converts the operands exactly to fp32, runs the fp32 kernel and rounds the result once (the same
-// numerics: bf16 inputs, fp32 accumulation). kAuto picks kNative where oneDNN may use AMX (under
-// the ISA cap of mixtrain/cpu.h) and kFp32 elsewhere: without AMX, oneDNN 2.6's bf16 kernels run on
-// AVX512-BF16 dot products, which on the Sapphire/Emerald Rapids cores measured here retire half
-// the flops per cycle of fp32 FMAs (docs/performance.md), and below AVX-512 it has none at all.
+// numerics: bf16 inputs, fp32 accumulation). kAuto picks kNative where it is faster
+// (native_bf16_is_faster) and kFp32 elsewhere.
 // The environment variable MIXTRAIN_BF16_PATH=native|fp32|auto overrides kAuto (read once; another
 // value is an mt::Error at the first bf16 product).
 enum class Bf16Path : uint8_t { kAuto, kNative, kFp32 };
+// True where oneDNN's native bf16 kernels beat the fp32 route, under the ISA cap of mixtrain/cpu.h:
+// with AMX, and with AVX512-BF16 on AMD cores (Zen 4 and later), which retire a bf16 dot product
+// (two multiply-adds per fp32 lane) at the rate of an fp32 FMA. Intel cores without AMX retire it
+// at half that rate (measured on an Emerald Rapids core with AMX hidden), where oneDNN 2.6's bf16
+// kernels are slower than the fp32 route; below AVX512-BF16 they are emulated or absent. Decided by
+// cpuid alone, never by timing, so that a machine always computes the same bits. Measurements:
+// docs/performance.md.
+bool native_bf16_is_faster();
 // Pins the path (kAuto: back to MIXTRAIN_BF16_PATH or the automatic choice). Pinning kNative where
 // it cannot run is allowed; the next bf16 product then throws (require_bf16_path_runs).
 void set_bf16_path(Bf16Path path);

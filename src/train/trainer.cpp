@@ -19,6 +19,7 @@
 #include "mixtrain/cpu.h"
 #include "mixtrain/error.h"
 #include "amp/amp_kernels.h"
+#include "kernels/linalg.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/io/file.h"
 #include "mixtrain/io/safetensors.h"
@@ -157,6 +158,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"threads", threads},
             {"cpu", cpu},
             {"isa", isa},
+            {"products", products},
             {"train_seconds", train_seconds},
             {"num_parameters", num_parameters},
             {"model_state_bytes", model_state_bytes},
@@ -614,6 +616,13 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.threads = get_num_threads();
   s.cpu = cpu::cpu_name();
   s.isa = cpu::name(cpu::isa());
+  const std::optional<DType> compute = autocast_dtype(options_.precision.precision);
+  if (!compute) {
+    s.products = "fp32";
+  } else {
+    s.products = short_dtype_name(*compute);
+    if (kernels::uses_fp32_route(run.device, *compute)) s.products += " via fp32";
+  }
   s.train_seconds = std::chrono::duration<double>(Clock::now() - run.start).count();
   s.num_parameters = model_->num_parameters();
   const optim::ModelStateBytes state = optimizer_->model_state_bytes();

@@ -4,6 +4,7 @@
 // The environment variables are covered end to end by the CLI tests (tests/cli).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include "core/half_convert.h"
@@ -53,6 +54,16 @@ TEST(CpuIsa, DetectedLevelAgreesWithTheFeatures) {
   EXPECT_EQ(d >= Isa::kAvx512Bf16, d >= Isa::kAvx512 && f.avx512_bf16);
   EXPECT_EQ(d >= Isa::kAmx, d >= Isa::kAvx512Bf16 && f.amx);
   EXPECT_FALSE(cpu::cpu_name().empty());
+}
+
+TEST(CpuIsa, VendorAgreesWithTheKernel) {
+  // Linux reads the same cpuid leaf; its "vendor_id" line is an independent reading of it.
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, vendor;
+  while (vendor.empty() && std::getline(in, line))
+    if (line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 2);
+  if (vendor.empty()) GTEST_SKIP() << "no vendor_id in /proc/cpuinfo";
+  EXPECT_EQ(cpu::features().amd, vendor == "AuthenticAMD") << vendor;
 }
 
 TEST(CpuIsa, EffectiveLevelIsTheDetectedOneUnderTheCap) {

@@ -99,18 +99,31 @@ TEST(OneDnn, Bf16PathResolvesAndCanBePinned) {
   set_bf16_path(Bf16Path::kAuto);
   EXPECT_NE(bf16_path(), Bf16Path::kAuto);
   if (std::getenv("MIXTRAIN_BF16_PATH") == nullptr) {
-    // Automatic: native exactly where oneDNN may use AMX under the ISA cap.
-    EXPECT_EQ(bf16_path() == Bf16Path::kNative, cpu_has_amx());
+    // Automatic: native exactly where oneDNN may use AMX, or AVX512-BF16 on an AMD core, under the cap.
+    const bool amd_bf16 = cpu::features().amd && cpu::isa() >= cpu::Isa::kAvx512Bf16 &&
+                          has_isa(dnnl::cpu_isa::avx512_core_bf16);
+    EXPECT_EQ(bf16_path() == Bf16Path::kNative, cpu_has_amx() || amd_bf16);
+    EXPECT_EQ(native_bf16_is_faster(), cpu_has_amx() || amd_bf16);
     EXPECT_EQ(cpu_has_amx(), cpu::isa() >= cpu::Isa::kAmx && has_isa(dnnl::cpu_isa::avx512_core_amx));
   }
 }
 
 TEST(OneDnn, AutomaticBf16PathFollowsTheIsaCap) {
-  // Under a cap below AMX the automatic path is the fp32 route whatever the CPU.
   if (std::getenv("MIXTRAIN_BF16_PATH") != nullptr) GTEST_SKIP() << "MIXTRAIN_BF16_PATH pins the path";
-  cpu::MaxIsaGuard cap(cpu::Isa::kAvx512Bf16);
-  EXPECT_EQ(bf16_path(), Bf16Path::kFp32);
-  EXPECT_TRUE(uses_fp32_route(kBFloat16));
+  {
+    // Below AVX512-BF16 the automatic path is the fp32 route whatever the CPU.
+    cpu::MaxIsaGuard cap(cpu::Isa::kAvx512);
+    EXPECT_EQ(bf16_path(), Bf16Path::kFp32);
+    EXPECT_TRUE(uses_fp32_route(kBFloat16));
+  }
+  {
+    // Below AMX it is the fp32 route on Intel cores and native on AMD's where oneDNN has the level.
+    cpu::MaxIsaGuard cap(cpu::Isa::kAvx512Bf16);
+    const bool native = cpu::features().amd && cpu::isa() >= cpu::Isa::kAvx512Bf16 &&
+                        has_isa(dnnl::cpu_isa::avx512_core_bf16);
+    EXPECT_EQ(bf16_path(), native ? Bf16Path::kNative : Bf16Path::kFp32);
+    EXPECT_EQ(uses_fp32_route(kBFloat16), !native);
+  }
 }
 
 TEST(OneDnn, NativeBf16IsAvailableExactlyFromAvx512Up) {

@@ -101,6 +101,7 @@ int run_bench(const BenchArgs& b) {
                               {"omp_wait_policy", wait_policy()},
                               {"cpu", s.cpu},
                               {"isa", s.isa},
+                              {"products", s.products},
                               {"step_ms_median", s.step_ms_median},
                               {"samples_per_sec", s.samples_per_sec},
                               {"gflops", s.gflops.value_or(0.0)},
@@ -122,6 +123,7 @@ int run_bench(const BenchArgs& b) {
               threads);
   std::printf("  cpu          %s\n", cpu::describe().c_str());
   std::printf("  omp waiting  %s\n", wait_policy().c_str());
+  std::printf("  products     %s\n", s.products.c_str());
   if (a.checkpoint_activations) std::printf("  activations  checkpointed (recomputed during backward)\n");
   std::printf("  step time    %.3f ms (median)\n", s.step_ms_median);
   std::printf("  throughput   %.0f samples/s\n", s.samples_per_sec);

@@ -203,6 +203,17 @@ void require_bf16_path_runs(const char* op) {
           "numerics).");
 }
 
+bool native_bf16_is_faster() {
+  if (onednn::cpu_has_amx()) return true;
+  // AVX512-BF16 without AMX: vdpbf16ps does two multiply-adds per fp32 lane. AMD's cores (Zen 4 and
+  // later) issue it at the rate of vfmadd231ps, so oneDNN's bf16 kernels do twice the flops of its
+  // fp32 ones (Zen 4: 229 vs 114 GFLOP/s per core, GEMMs 393 vs 184 GFLOP/s); Intel's issue it at
+  // half that rate, so the flops per cycle only tie and its bf16 kernels lose to the fp32 route
+  // (Emerald Rapids: 86 vs 175, GEMMs 162 vs 299). docs/performance.md has both measurements.
+  return cpu::features().amd && cpu::isa() >= cpu::Isa::kAvx512Bf16 &&
+         onednn::has_isa(dnnl::cpu_isa::avx512_core_bf16);
+}
+
 bool uses_fp32_route(DType dtype) {
   return dtype == kFloat16 || (dtype == kBFloat16 && bf16_path() == Bf16Path::kFp32);
 }
@@ -215,8 +226,8 @@ Bf16Path bf16_path() {
   const EnvPath& env = env_path();
   if (!env.error.empty()) throw Error(env.error);
   if (env.path != Bf16Path::kAuto) return env.path;
-  // Automatic: native only where AMX makes it faster than the fp32 route (see linalg.h).
-  return onednn::cpu_has_amx() ? Bf16Path::kNative : Bf16Path::kFp32;
+  // Automatic: native only where it is faster than the fp32 route (see linalg.h).
+  return native_bf16_is_faster() ? Bf16Path::kNative : Bf16Path::kFp32;
 }
 
 PrimitiveCacheStats primitive_cache_stats() {

@@ -35,9 +35,8 @@ inline dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t) {
 void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
              std::unordered_map<int, dnnl::memory>& args);
 
-// True when oneDNN may use AMX tiles here (the only CPU feature that makes bf16 GEMMs clearly
-// faster than fp32 ones with oneDNN 2.6; see docs/performance.md): oneDNN's effective level has
-// them and so does cpu::isa() (mixtrain's ISA cap).
+// True when oneDNN may use AMX tiles here: oneDNN's effective level has them and so does
+// cpu::isa() (mixtrain's ISA cap). One of the cases of kernels::native_bf16_is_faster.
 bool cpu_has_amx();
 // True when oneDNN's effective level (after the cap of mixtrain/cpu.h) includes `level`.
 bool has_isa(dnnl::cpu_isa level);
