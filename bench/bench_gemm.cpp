@@ -2,7 +2,7 @@
 // the counter "GFLOP/s" (2 n^3 flops per product, wall-clock time: oneDNN runs on OpenMP threads).
 //
 //   fp32           oneDNN f32 matmul
-//   bf16           the default bf16 path (Bf16Path::kAuto: native with AMX, else via fp32)
+//   bf16           the default bf16 path (Bf16Path::kAuto: native with AMX or on AMD AVX512-BF16 cores, else via fp32)
 //   bf16_native    oneDNN bf16 matmul (AVX512-BF16 dot products, fp32 accumulation); not run, with a
 //                  line saying why, where oneDNN has no bf16 kernel (below AVX-512 or MIXTRAIN_MAX_ISA)
 //   bf16_via_fp32  operands widened exactly to fp32, f32 matmul, result rounded to bf16
