@@ -622,6 +622,8 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   } else {
     s.products = short_dtype_name(*compute);
     if (kernels::uses_fp32_route(run.device, *compute)) s.products += " via fp32";
+    // FP8 linear layers are emulated: quantised operands multiplied in fp32 (amp/fp8.h).
+    if (options_.precision.precision == Precision::kFP8) s.products = "fp8 emulated in fp32 (linear), " + s.products;
   }
   s.train_seconds = std::chrono::duration<double>(Clock::now() - run.start).count();
   s.num_parameters = model_->num_parameters();

@@ -251,6 +251,7 @@ struct TrainSummary {
   // How the precision's matrix products and convolutions computed: "fp32", "bf16" (the backend's
   // native 16-bit kernels) or "bf16 via fp32" / "fp16 via fp32" (the exact fp32 route: operands
   // widened, fp32 kernel, result rounded once). Which one depends on the CPU (kernels/linalg.h).
+  // Precision fp8 prefixes "fp8 emulated in fp32 (linear), " (the other products run in bf16).
   std::string products;
   double train_seconds = 0;      // wall time of this fit() call
   int64_t num_parameters = 0;
