@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "kernels/linalg.h"
 #include "mixtrain/error.h"
 #include "mixtrain/optim/adam.h"
 
@@ -80,6 +81,15 @@ std::optional<DType> autocast_dtype(Precision precision) {
     case Precision::kFP8: return kBFloat16;
   }
   return std::nullopt;
+}
+
+std::string products(Precision precision, Device device) {
+  const std::optional<DType> compute = autocast_dtype(precision);
+  if (!compute) return "fp32";
+  std::string s(short_dtype_name(*compute));
+  if (kernels::uses_fp32_route(device, *compute)) s += " via fp32";
+  // FP8 linear layers are emulated: quantised operands multiplied in fp32 (amp/fp8.h).
+  return precision == Precision::kFP8 ? "fp8 emulated in fp32 (linear), " + s : s;
 }
 
 bool uses_scaler(Precision precision, ScalerMode mode) {

@@ -19,7 +19,6 @@
 #include "mixtrain/cpu.h"
 #include "mixtrain/error.h"
 #include "amp/amp_kernels.h"
-#include "kernels/linalg.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/io/file.h"
 #include "mixtrain/io/safetensors.h"
@@ -616,15 +615,7 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.threads = get_num_threads();
   s.cpu = cpu::cpu_name();
   s.isa = cpu::name(cpu::isa());
-  const std::optional<DType> compute = autocast_dtype(options_.precision.precision);
-  if (!compute) {
-    s.products = "fp32";
-  } else {
-    s.products = short_dtype_name(*compute);
-    if (kernels::uses_fp32_route(run.device, *compute)) s.products += " via fp32";
-    // FP8 linear layers are emulated: quantised operands multiplied in fp32 (amp/fp8.h).
-    if (options_.precision.precision == Precision::kFP8) s.products = "fp8 emulated in fp32 (linear), " + s.products;
-  }
+  s.products = products(options_.precision.precision, run.device);
   s.train_seconds = std::chrono::duration<double>(Clock::now() - run.start).count();
   s.num_parameters = model_->num_parameters();
   const optim::ModelStateBytes state = optimizer_->model_state_bytes();

@@ -139,6 +139,7 @@ int run_train(const RunArgs& in) {
               describe_lr_decay(a).c_str(), a.weight_decay, static_cast<unsigned long long>(a.seed), threads,
               world == 1 ? "" : " per process");
   std::printf("cpu %s\n", cpu::describe().c_str());
+  std::printf("products %s\n", train::products(precision, parse_device(a.device)).c_str());
   std::fflush(stdout);
 
   const train::TrainSummary s = run_training(a, precision, param_dtype, data, a.out, "");

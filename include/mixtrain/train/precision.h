@@ -87,6 +87,14 @@ DType parse_param_dtype(std::string_view text);
 // layers that do not run in FP8).
 std::optional<DType> autocast_dtype(Precision precision);
 
+// How the matrix products and convolutions of `precision` compute on `device`, for logs and
+// summaries: "fp32"; "bf16" (the backend's native 16-bit kernels); "bf16 via fp32" / "fp16 via
+// fp32" (the exact fp32 route: operands widened, fp32 kernel, result rounded once); for fp8
+// "fp8 emulated in fp32 (linear), " followed by the bf16 answer for the other products. The
+// answer depends on the CPU (AMX or an AMD AVX512-BF16 core make bf16 native) and on
+// MIXTRAIN_BF16_PATH / MIXTRAIN_MAX_ISA; may throw mt::Error for an invalid MIXTRAIN_BF16_PATH.
+std::string products(Precision precision, Device device);
+
 // The scaler rule: on for fp16 under kAuto, else as forced.
 bool uses_scaler(Precision precision, ScalerMode mode);
 inline bool uses_scaler(const PrecisionConfig& config) { return uses_scaler(config.precision, config.scaler); }

@@ -248,10 +248,7 @@ struct TrainSummary {
   int threads = 0;               // get_num_threads()
   std::string cpu;               // cpu::cpu_name(): the processor the step times come from
   std::string isa;               // cpu::isa(): the instruction-set level the kernels ran at
-  // How the precision's matrix products and convolutions computed: "fp32", "bf16" (the backend's
-  // native 16-bit kernels) or "bf16 via fp32" / "fp16 via fp32" (the exact fp32 route: operands
-  // widened, fp32 kernel, result rounded once). Which one depends on the CPU (kernels/linalg.h).
-  // Precision fp8 prefixes "fp8 emulated in fp32 (linear), " (the other products run in bf16).
+  // How the precision's matrix products and convolutions computed: train::products (precision.h).
   std::string products;
   double train_seconds = 0;      // wall time of this fit() call
   int64_t num_parameters = 0;
