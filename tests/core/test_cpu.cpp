@@ -60,8 +60,12 @@ TEST(CpuIsa, VendorAgreesWithTheKernel) {
   // Linux reads the same cpuid leaf; its "vendor_id" line is an independent reading of it.
   std::ifstream in("/proc/cpuinfo");
   std::string line, vendor;
-  while (vendor.empty() && std::getline(in, line))
-    if (line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 2);
+  while (vendor.empty() && std::getline(in, line)) {
+    const size_t colon = line.find(':');
+    if (line.rfind("vendor_id", 0) != 0 || colon == std::string::npos) continue;
+    vendor = line.substr(colon + 1);
+    vendor.erase(0, vendor.find_first_not_of(" \t"));  // npos erases all: an empty value
+  }
   if (vendor.empty()) GTEST_SKIP() << "no vendor_id in /proc/cpuinfo";
   EXPECT_EQ(cpu::features().amd, vendor == "AuthenticAMD") << vendor;
 }

@@ -91,6 +91,12 @@ TEST(OneDnn, MatmulFromSeveralThreads) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+// The rule of linalg.h restated from its parts: AVX512-BF16 on an AMD core, under the cap and
+// oneDNN's level (AMX is the other case).
+bool amd_bf16_native_expected() {
+  return cpu::features().amd && cpu::isa() >= cpu::Isa::kAvx512Bf16 && has_isa(dnnl::cpu_isa::avx512_core_bf16);
+}
+
 TEST(OneDnn, Bf16PathResolvesAndCanBePinned) {
   set_bf16_path(Bf16Path::kNative);
   EXPECT_EQ(bf16_path(), Bf16Path::kNative);
@@ -100,8 +106,7 @@ TEST(OneDnn, Bf16PathResolvesAndCanBePinned) {
   EXPECT_NE(bf16_path(), Bf16Path::kAuto);
   if (std::getenv("MIXTRAIN_BF16_PATH") == nullptr) {
     // Automatic: native exactly where oneDNN may use AMX, or AVX512-BF16 on an AMD core, under the cap.
-    const bool amd_bf16 = cpu::features().amd && cpu::isa() >= cpu::Isa::kAvx512Bf16 &&
-                          has_isa(dnnl::cpu_isa::avx512_core_bf16);
+    const bool amd_bf16 = amd_bf16_native_expected();
     EXPECT_EQ(bf16_path() == Bf16Path::kNative, cpu_has_amx() || amd_bf16);
     EXPECT_EQ(native_bf16_is_faster(), cpu_has_amx() || amd_bf16);
     EXPECT_EQ(cpu_has_amx(), cpu::isa() >= cpu::Isa::kAmx && has_isa(dnnl::cpu_isa::avx512_core_amx));
@@ -119,8 +124,7 @@ TEST(OneDnn, AutomaticBf16PathFollowsTheIsaCap) {
   {
     // Below AMX it is the fp32 route on Intel cores and native on AMD's where oneDNN has the level.
     cpu::MaxIsaGuard cap(cpu::Isa::kAvx512Bf16);
-    const bool native = cpu::features().amd && cpu::isa() >= cpu::Isa::kAvx512Bf16 &&
-                        has_isa(dnnl::cpu_isa::avx512_core_bf16);
+    const bool native = amd_bf16_native_expected();
     EXPECT_EQ(bf16_path(), native ? Bf16Path::kNative : Bf16Path::kFp32);
     EXPECT_EQ(uses_fp32_route(kBFloat16), !native);
   }

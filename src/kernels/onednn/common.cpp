@@ -205,11 +205,7 @@ void require_bf16_path_runs(const char* op) {
 
 bool native_bf16_is_faster() {
   if (onednn::cpu_has_amx()) return true;
-  // AVX512-BF16 without AMX: vdpbf16ps does two multiply-adds per fp32 lane. AMD's cores (Zen 4 and
-  // later) issue it at the rate of vfmadd231ps, so oneDNN's bf16 kernels do twice the flops of its
-  // fp32 ones (Zen 4: 229 vs 114 GFLOP/s per core, GEMMs 393 vs 184 GFLOP/s); Intel's issue it at
-  // half that rate, so the flops per cycle only tie and its bf16 kernels lose to the fp32 route
-  // (Emerald Rapids: 86 vs 175, GEMMs 162 vs 299). docs/performance.md has both measurements.
+  // AVX512-BF16 without AMX: only AMD's cores issue vdpbf16ps at the fp32 FMA rate (linalg.h).
   return cpu::features().amd && cpu::isa() >= cpu::Isa::kAvx512Bf16 &&
          onednn::has_isa(dnnl::cpu_isa::avx512_core_bf16);
 }
