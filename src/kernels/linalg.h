@@ -100,6 +100,8 @@ PrimitiveCacheStats primitive_cache_stats();
 
 // The oneDNN implementation a matmul of these operands runs ("brg:avx512_core", "gemm:jit", ...),
 // creating (and caching) its primitive; "" when the dtype does not run through oneDNN (fp64).
+// ", A copied with a padded stride" / ", B ..." follow when an operand is copied first (oneDNN's
+// AVX2 GEMM with a stride along K that is a multiple of 4 KiB; see onednn/matmul.cpp).
 // Tests use it to check that no layout falls back to oneDNN's slow reference kernels.
 std::string matmul_impl_info(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
 

@@ -91,6 +91,27 @@ TEST(OneDnn, MatmulFromSeveralThreads) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+TEST(OneDnn, AvxTwoGemmCopiesOperandsStridedByFourKibAlongK) {
+  // oneDNN's AVX2 GEMM is about twice as slow on these layouts (kernels/onednn/matmul.cpp): they are
+  // copied with a padded stride there, and only there.
+  const bool avx2_gemm = has_isa(dnnl::cpu_isa::avx2) && !has_isa(dnnl::cpu_isa::avx512_core);
+  auto info = [](const Tensor& a, const Tensor& b) {
+    return matmul_impl_info(a, b, Tensor(), Tensor::empty({a.size(0), b.size(1)}, kFloat32));
+  };
+  auto padded = [&](const Tensor& a, const Tensor& b, const char* which) {
+    return info(a, b).find(std::string(which) + " copied with a padded stride") != std::string::npos;
+  };
+  const Tensor a_cols = zeros({64, 1024}).t();  // [1024, 64], column stride 1024 floats
+  const Tensor b_rows = zeros({64, 1024});      // row stride 1024 floats
+  EXPECT_EQ(padded(a_cols, zeros({64, 128}), "A"), avx2_gemm) << info(a_cols, zeros({64, 128}));
+  EXPECT_EQ(padded(zeros({128, 64}), b_rows, "B"), avx2_gemm) << info(zeros({128, 64}), b_rows);
+  // Outside the measured bands: a wide product, a stride that is not a multiple of 4 KiB, row-major A.
+  EXPECT_FALSE(padded(a_cols, zeros({64, 512}), "A")) << info(a_cols, zeros({64, 512}));
+  EXPECT_FALSE(padded(zeros({64, 768}).t(), zeros({64, 128}), "A"));
+  EXPECT_FALSE(padded(zeros({1024, 1024}), zeros({1024, 128}), "A"));
+  EXPECT_FALSE(padded(zeros({1024, 64}), b_rows, "B"));
+}
+
 // The rule of linalg.h restated from its parts: AVX512-BF16 on an AMD core, under the cap and
 // oneDNN's level (AMX is the other case).
 bool amd_bf16_native_expected() {

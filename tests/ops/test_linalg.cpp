@@ -78,6 +78,21 @@ TEST_P(MatmulModes, NonContiguousOperands) {
   });
 }
 
+TEST_P(MatmulModes, StridesOfFourKibAlongK) {
+  // Below AVX-512 these operands are copied with a padded stride before the product (see
+  // kernels/onednn/matmul.cpp); elsewhere they are read in place. Either way the values must hold.
+  check_matmul([](DType dt) {  // column-major A, column stride 1024 floats, N = 128
+    return std::pair{uniform_input({64, 1024}, dt, 61).t(), uniform_input({64, 128}, dt, 62)};
+  });
+  check_matmul([](DType dt) {  // row-major B, row stride 1024 floats, M = 128
+    return std::pair{uniform_input({128, 64}, dt, 63), uniform_input({64, 1024}, dt, 64)};
+  });
+  check_matmul([](DType dt) {  // both, each a strided slice of a wider buffer
+    return std::pair{uniform_input({64, 1024}, dt, 65).narrow(1, 0, 128).t(),
+                     uniform_input({64, 1024}, dt, 66).narrow(1, 0, 256)};
+  });
+}
+
 TEST_P(MatmulModes, BroadcastBatchDims) {
   check_matmul([](DType dt) { return std::pair{uniform_input({2, 1, 5, 3}, dt, 13), uniform_input({4, 3, 6}, dt, 14)}; });
   check_matmul([](DType dt) { return std::pair{uniform_input({3, 5, 4}, dt, 15), uniform_input({4, 2}, dt, 16)}; });
