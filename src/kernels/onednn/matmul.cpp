@@ -41,6 +41,7 @@ struct PaddedCopy {
   dnnl::reorder prim;
   dnnl::reorder::primitive_desc pd;
   bool column_major;  // the operand's unit stride runs down its columns (a transposed view)
+  int64_t stride;     // the copy's stride along K: the operand's plus kPadFloats, so never a multiple of 4 KiB
 };
 
 struct MatmulEntry {
@@ -115,13 +116,15 @@ bool pad_operand(int64_t stride_along_k, int64_t other_side) {
 }
 
 // The reorder that copies a 2-D operand laid out as `l` (one unit stride) with a padded stride.
+// The stride grows from the operand's own (not from its width), so the copy's layout, which gets
+// its own cache entry, is never padded again.
 std::optional<PaddedCopy> padded_copy_for(const memory::desc& md, const Layout& l) {
   const bool column_major = l.strides[0] == 1;
-  const int64_t rows = l.dims[0], cols = l.dims[1];
-  const memory::dims padded = column_major ? memory::dims{1, rows + kPadFloats} : memory::dims{cols + kPadFloats, 1};
+  const int64_t stride = (column_major ? l.strides[1] : l.strides[0]) + kPadFloats;
+  const memory::dims padded = column_major ? memory::dims{1, stride} : memory::dims{stride, 1};
   const memory::desc dst(md.dims(), memory::data_type::f32, padded);
   PaddedCopy c{.prim = {}, .pd = dnnl::reorder::primitive_desc(onednn::engine(), md, onednn::engine(), dst),
-               .column_major = column_major};
+               .column_major = column_major, .stride = stride};
   c.prim = dnnl::reorder(c.pd);
   return c;
 }
@@ -141,8 +144,8 @@ void plan_padded_copies(MatmulEntry& e, const MatmulKey& key, const Layout& a, c
 // `t` copied by `c` into fresh memory with the padded stride; a view of the same shape.
 Tensor run_padded_copy(const PaddedCopy& c, const memory::desc& src_md, const Tensor& t) {
   const int64_t rows = t.size(0), cols = t.size(1);
-  Tensor view = c.column_major ? Tensor::empty({cols, rows + kPadFloats}, t.dtype(), t.device()).narrow(1, 0, rows).t()
-                               : Tensor::empty({rows, cols + kPadFloats}, t.dtype(), t.device()).narrow(1, 0, cols);
+  Tensor view = c.column_major ? Tensor::empty({cols, c.stride}, t.dtype(), t.device()).narrow(1, 0, rows).t()
+                               : Tensor::empty({rows, c.stride}, t.dtype(), t.device()).narrow(1, 0, cols);
   std::unordered_map<int, memory> args{{DNNL_ARG_FROM, onednn::wrap(src_md, t)},
                                        {DNNL_ARG_TO, onednn::wrap(c.pd.dst_desc(), view)}};
   onednn::execute(c.prim, c.pd, args);
