@@ -12,7 +12,8 @@
 //                          and v, no masters; kahan adds its bf16 compensation)
 //   maxpool2x2/<dtype>/<isa>  [64, 32, 28, 28] -> [64, 32, 14, 14], forward and backward
 //   attention/<dtype>/<isa>   GPT-mini's qkv_attention: qkv [16, 128, 768], 4 heads, causal,
-//                             forward and backward
+//                             forward and backward; attention-cold/: the same with the caches
+//                             evicted before each iteration (as in a training step)
 //   softmax/<dtype>/<isa>     [4096, 1024] over the last dim, forward and backward
 //   layer_norm/<dtype>/<isa>  GPT-mini's [2048, 256] with weight and bias, forward and backward
 //   gelu/<dtype>/<isa>        GPT-mini's MLP activation [2048, 1024] (erf), forward and backward
@@ -53,11 +54,26 @@ void BM_AdamW(benchmark::State& state, AdamLayout layout, mt::cpu::Isa level) {
       benchmark::Counter(static_cast<double>(n * layout.bytes_per_param) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Forward + backward of a one-input op with an upstream gradient of the output's shape.
+// Writes 64 MiB, more than the last-level cache of the CPUs mixtrain is measured on, so that the
+// next iteration reads its inputs from memory as in a training step, where the other layers' work
+// runs between an op's forward and its backward.
+void evict_caches() {
+  static std::vector<char> buffer(std::size_t{64} << 20);
+  for (std::size_t i = 0; i < buffer.size(); i += 64) buffer[i] = static_cast<char>(buffer[i] + 1);
+  benchmark::ClobberMemory();
+}
+
+// Forward + backward of a one-input op with an upstream gradient of the output's shape; with
+// `cold`, the caches are evicted (untimed) before each iteration.
 template <class Op>
-void run_forward_backward(benchmark::State& state, mt::Tensor x, const mt::Tensor& gy, Op op) {
+void run_forward_backward(benchmark::State& state, mt::Tensor x, const mt::Tensor& gy, Op op, bool cold = false) {
   x.requires_grad_();
   for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      evict_caches();
+      state.ResumeTiming();
+    }
     mt::Tensor y = op(x);
     y.backward(gy);
     benchmark::DoNotOptimize(x.grad().raw_data());
@@ -79,14 +95,14 @@ void BM_MaxPool2x2(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level)
       benchmark::Counter((in * elem * 2 + out * elem * 2 + out * 2) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_Attention(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
+void BM_Attention(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level, bool cold) {
   mt::cpu::MaxIsaGuard cap(level);
   const int64_t B = 16, T = 128, C = 256, H = 4;
   mt::Generator gen(3);
   mt::Tensor qkv = mt::randn({B, T, 3 * C}, {}, &gen).to(dtype);
   mt::Tensor gy = mt::randn({B, T, C}, {}, &gen).to(dtype);
   run_forward_backward(state, qkv, gy,
-                       [=](const mt::Tensor& x) { return mt::nn::functional::qkv_attention(x, H, true); });
+                       [=](const mt::Tensor& x) { return mt::nn::functional::qkv_attention(x, H, true); }, cold);
   // Causal products as computed: T * (T + 1) / 2 (query, key) pairs per head, D multiply-adds per
   // pair, in the forward's two products (scores, probabilities @ v) and the backward's five
   // (recomputed scores, dV, dP, dQ, dK).
@@ -177,7 +193,8 @@ int main(int argc, char** argv) {
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16})
     for (Isa level : levels) {
       const std::string suffix = std::string(mt::name(dt)) + "/" + mt::cpu::name(level);
-      add("attention/" + suffix, BM_Attention, dt, level);
+      add("attention/" + suffix, BM_Attention, dt, level, false);
+      add("attention-cold/" + suffix, BM_Attention, dt, level, true);
       add("softmax/" + suffix, BM_Softmax, dt, level);
       add("layer_norm/" + suffix, BM_LayerNorm, dt, level);
       add("gelu/" + suffix, BM_Gelu, dt, level);

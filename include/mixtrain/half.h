@@ -128,6 +128,19 @@ void convert_fp16_to_fp32(const float16* src, float* dst, int64_t n);
 void convert_fp32_to_bf16(const float* src, bfloat16* dst, int64_t n);
 void convert_bf16_to_fp32(const bfloat16* src, float* dst, int64_t n);
 
+// The same over `rows` rows of `n` elements: row r is read from src + r * src_stride and written to
+// dst + r * dst_stride (strides in elements, >= 0; rows must not overlap). For strided views, such
+// as one head's slice of each token's row: the implementation is chosen once per call rather than
+// once per row, and rows ahead are prefetched, which the hardware does not do across pages.
+void convert_fp32_to_fp16_rows(const float* src, int64_t src_stride, float16* dst, int64_t dst_stride, int64_t rows,
+                               int64_t n);
+void convert_fp16_to_fp32_rows(const float16* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                               int64_t n);
+void convert_fp32_to_bf16_rows(const float* src, int64_t src_stride, bfloat16* dst, int64_t dst_stride, int64_t rows,
+                               int64_t n);
+void convert_bf16_to_fp32_rows(const bfloat16* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                               int64_t n);
+
 }  // namespace mixtrain
 
 namespace std {

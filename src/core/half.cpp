@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "core/half_convert.h"
+#include "core/prefetch.h"
 #include "mixtrain/cpu.h"
 #include "mixtrain/error.h"
 
@@ -200,6 +201,39 @@ void convert_fp32_to_bf16(const float* src, bfloat16* dst, int64_t n) {
 void convert_bf16_to_fp32(const bfloat16* src, float* dst, int64_t n) {
   MT_CHECK(n >= 0, "convert_bf16_to_fp32: n must be >= 0, got ", n);
   if (n > 0) detail::dispatch().k.bf16_to_fp32(src, dst, n);
+}
+
+namespace {
+
+template <typename S, typename D>
+void convert_rows(void (*kernel)(const S*, D*, int64_t), const char* what, const S* src, int64_t src_stride, D* dst,
+                  int64_t dst_stride, int64_t rows, int64_t n) {
+  MT_CHECK(n >= 0 && rows >= 0, what, ": rows and n must be >= 0, got ", rows, " and ", n);
+  MT_CHECK(src_stride >= 0 && dst_stride >= 0, what, ": strides must be >= 0, got ", src_stride, " and ", dst_stride);
+  if (n == 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    detail::prefetch_row_ahead(src, src_stride, r, rows, n);
+    kernel(src + r * src_stride, dst + r * dst_stride, n);
+  }
+}
+
+}  // namespace
+
+void convert_fp32_to_fp16_rows(const float* src, int64_t src_stride, float16* dst, int64_t dst_stride, int64_t rows,
+                               int64_t n) {
+  convert_rows(detail::dispatch().k.fp32_to_fp16, "convert_fp32_to_fp16_rows", src, src_stride, dst, dst_stride, rows, n);
+}
+void convert_fp16_to_fp32_rows(const float16* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                               int64_t n) {
+  convert_rows(detail::dispatch().k.fp16_to_fp32, "convert_fp16_to_fp32_rows", src, src_stride, dst, dst_stride, rows, n);
+}
+void convert_fp32_to_bf16_rows(const float* src, int64_t src_stride, bfloat16* dst, int64_t dst_stride, int64_t rows,
+                               int64_t n) {
+  convert_rows(detail::dispatch().k.fp32_to_bf16, "convert_fp32_to_bf16_rows", src, src_stride, dst, dst_stride, rows, n);
+}
+void convert_bf16_to_fp32_rows(const bfloat16* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                               int64_t n) {
+  convert_rows(detail::dispatch().k.bf16_to_fp32, "convert_bf16_to_fp32_rows", src, src_stride, dst, dst_stride, rows, n);
 }
 
 }  // namespace mixtrain

@@ -696,6 +696,47 @@ TEST(HalfSimd, PublicConvertersMatchScalar) {
   EXPECT_THROW(mt::convert_fp16_to_fp32(h.data(), wh.data(), -1), mt::Error);
 }
 
+// The strided row converters write exactly the row converters' bits into each row and leave the
+// gaps between rows alone; zero rows or zero columns touch nothing; negative sizes are user errors.
+TEST(HalfSimd, RowConvertersMatchScalarAndKeepTheGaps) {
+  // 37 rows of 21 elements (a tail at every vector width) read 40 apart and written 24 apart.
+  constexpr int64_t kRows = 37, kN = 21, kSrcStride = 40, kDstStride = 24;
+  const auto in32 = random_bit_patterns(kRows * kSrcStride, 6);
+  std::vector<float16> h(kRows * kDstStride, float16::from_bits(0x7e01));  // a NaN payload as the gap marker
+  std::vector<bfloat16> b(kRows * kDstStride, bfloat16::from_bits(0x7f81));
+  mt::convert_fp32_to_fp16_rows(in32.data(), kSrcStride, h.data(), kDstStride, kRows, kN);
+  mt::convert_fp32_to_bf16_rows(in32.data(), kSrcStride, b.data(), kDstStride, kRows, kN);
+  std::vector<float> wh(kRows * kSrcStride, -1.5f), wb(kRows * kSrcStride, -1.5f);
+  mt::convert_fp16_to_fp32_rows(h.data(), kDstStride, wh.data(), kSrcStride, kRows, kN);
+  mt::convert_bf16_to_fp32_rows(b.data(), kDstStride, wb.data(), kSrcStride, kRows, kN);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t i = 0; i < kDstStride; ++i) {
+      const float x = in32[r * kSrcStride + i];
+      const size_t d = static_cast<size_t>(r * kDstStride + i), w = static_cast<size_t>(r * kSrcStride + i);
+      if (i < kN) {
+        ASSERT_EQ(h[d].bits(), float16(x).bits()) << "row " << r << " col " << i;
+        ASSERT_EQ(b[d].bits(), bfloat16(x).bits()) << "row " << r << " col " << i;
+        ASSERT_EQ(bits_of(wh[w]), bits_of(static_cast<float>(float16(x))));
+        ASSERT_EQ(bits_of(wb[w]), bits_of(static_cast<float>(bfloat16(x))));
+      } else {
+        ASSERT_EQ(h[d].bits(), 0x7e01) << "gap written at row " << r << " col " << i;
+        ASSERT_EQ(b[d].bits(), 0x7f81) << "gap written at row " << r << " col " << i;
+        ASSERT_EQ(wh[w], -1.5f);
+        ASSERT_EQ(wb[w], -1.5f);
+      }
+    }
+  }
+  // Stride 0 reads (or writes) one row again and again: the last row written wins.
+  std::vector<float> one(kN);
+  mt::convert_bf16_to_fp32_rows(b.data() + 5 * kDstStride, 0, one.data(), 0, 3, kN);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(bits_of(one[i]), bits_of(static_cast<float>(b[5 * kDstStride + i])));
+  mt::convert_fp32_to_bf16_rows(nullptr, 7, nullptr, 7, 0, kN);
+  mt::convert_fp16_to_fp32_rows(nullptr, 7, nullptr, 7, kRows, 0);
+  EXPECT_THROW(mt::convert_fp32_to_bf16_rows(in32.data(), kSrcStride, b.data(), kDstStride, -1, kN), mt::Error);
+  EXPECT_THROW(mt::convert_bf16_to_fp32_rows(b.data(), kDstStride, wb.data(), kSrcStride, kRows, -1), mt::Error);
+  EXPECT_THROW(mt::convert_fp32_to_fp16_rows(in32.data(), -kSrcStride, h.data(), kDstStride, kRows, kN), mt::Error);
+}
+
 // All 2^32 fp32 patterns: the scalar converters against the reference and every SIMD
 // implementation against the scalar one. Minutes of CPU; run by hand with
 // --gtest_also_run_disabled_tests --gtest_filter='*Exhaustive*'.

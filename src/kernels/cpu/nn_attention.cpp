@@ -34,26 +34,6 @@ using attn::kOff;
 // Query rows per block: a [64, S] fp32 score block stays in L2 for S up to a few thousand.
 constexpr int64_t kQueryBlock = 64;
 
-// src[0, n) widened (exactly) into dst.
-template <typename F, typename T>
-void widen(const T* src, F* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, F>) {
-    std::copy(src, src + n, dst);
-  } else {
-    nnvec::load_row(src, dst, n);  // writes dst when T != F
-  }
-}
-
-// src[0, n) rounded once into dst.
-template <typename F, typename T>
-void narrow(const F* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, F>) {
-    std::copy(src, src + n, dst);
-  } else {
-    nnvec::store_row(src, dst, n);
-  }
-}
-
 // Consecutive blocks of the given sizes in one per-thread scratch row (nnvec::scratch's slot 0;
 // nothing the kernels call uses nnvec::scratch while the blocks are live).
 template <typename F, size_t N>
@@ -85,14 +65,18 @@ inline int64_t head_grain(const AttentionParams& p) {
 // Keys query t (0-based) attends to.
 inline int64_t keys_for(const AttentionParams& p, int64_t t) { return p.causal ? std::min(p.S, t + 1) : p.S; }
 
-// Loads the S rows of x (row stride `st`, width n) as fp32 rows [S, n] (rows) and/or transposed [n, S] (cols).
-template <typename F, typename T>
-void load_rows(const T* x, int64_t st, int64_t S, int64_t n, F* rows, F* cols, F* tmp) {
-  for (int64_t j = 0; j < S; ++j) {
-    F* r = rows ? rows + j * n : tmp;
-    widen(x + j * st, r, n);
-    if (cols)
-      for (int64_t f = 0; f < n; ++f) cols[f * S + j] = r[f];
+// a [R, C] -> out [C, R], in 16 x 16 tiles: both sides stay within a few cache lines, where a
+// column-at-a-time transpose would store to a different line on every element.
+template <typename F>
+void transpose(const F* a, int64_t R, int64_t C, F* out) {
+  constexpr int64_t kTile = 16;
+  for (int64_t r0 = 0; r0 < R; r0 += kTile) {
+    const int64_t r1 = std::min(R, r0 + kTile);
+    for (int64_t c0 = 0; c0 < C; c0 += kTile) {
+      const int64_t c1 = std::min(C, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) out[c * R + r] = a[r * C + c];
+    }
   }
 }
 
@@ -106,19 +90,19 @@ struct AttentionFwd {
     F* lse_all = host_ptr<F>(lse);
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
-      const auto [Kt, Vs, Qb, Sb, Ob, tmp] =
-          scratch_blocks<F, 6>({D * S, S * Dv, Bq * D, Bq * S, Bq * Dv, std::max(D, Dv)});
+      const auto [Kt, Vs, Qb, Sb, Ob, Ks] = scratch_blocks<F, 6>({D * S, S * Dv, Bq * D, Bq * S, Bq * Dv, S * D});
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
         const T* qp = head_ptr<T>(q, p.q_strides, b, h);
         T* op = head_ptr<T>(out, p.o_strides, b, h);
         F* lse_row = lse_all + bh * T_;
-        load_rows<F>(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, static_cast<F*>(nullptr), Kt, tmp);
-        load_rows<F>(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs, static_cast<F*>(nullptr), tmp);
+        nnvec::load_rows(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks);
+        transpose(Ks, S, D, Kt);
+        nnvec::load_rows(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs);
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
           const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;  // keys any row of the block sees
-          for (int64_t i = 0; i < rows; ++i) widen(qp + (t0 + i) * p.q_strides[2], Qb + i * D, D);
+          nnvec::load_rows(qp + t0 * p.q_strides[2], p.q_strides[2], rows, D, Qb);
           attn::gemm(rows, s_eff, D, Qb, D, 1, Kt, S, Sb, s_eff, false, Band{.n_hi = p.causal ? t0 : kOff});
           for (int64_t i = 0; i < rows; ++i) {
             F* row = Sb + i * s_eff;
@@ -135,7 +119,7 @@ struct AttentionFwd {
             lse_row[t0 + i] = m + std::log(z);
           }
           attn::gemm(rows, Dv, s_eff, Sb, s_eff, 1, Vs, Dv, Ob, Dv, false, Band{.k_hi = p.causal ? t0 : kOff});
-          for (int64_t i = 0; i < rows; ++i) narrow(Ob + i * Dv, op + (t0 + i) * p.o_strides[2], Dv);
+          nnvec::store_rows(Ob, rows, Dv, op + t0 * p.o_strides[2], p.o_strides[2]);
         }
       }
     });
@@ -152,25 +136,25 @@ struct AttentionBwd {
     const F* lse_all = host_ptr<F>(lse);
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
-      const auto [Ks, Kt, Vt, dK, dV, Qb, dQb, dOb, Pb, dSb, tmp] = scratch_blocks<F, 11>(
-          {S * D, S * D, S * Dv, S * D, S * Dv, Bq * D, Bq * D, Bq * Dv, Bq * S, Bq * S, std::max(D, Dv)});
+      const auto [Ks, Kt, Vs, Vt, dK, dV, Qb, dQb, dOb, Pb, dSb] = scratch_blocks<F, 11>(
+          {S * D, S * D, S * Dv, S * Dv, S * D, S * Dv, Bq * D, Bq * D, Bq * Dv, Bq * S, Bq * S});
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
         const T* qp = head_ptr<T>(q, p.q_strides, b, h);
         const T* gop = head_ptr<T>(gout, p.o_strides, b, h);
         T* gqp = head_ptr<T>(gq, p.q_strides, b, h);
         const F* lse_row = lse_all + bh * T_;
-        load_rows<F>(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks, Kt, tmp);
-        load_rows<F>(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, static_cast<F*>(nullptr), Vt, tmp);
+        nnvec::load_rows(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks);
+        transpose(Ks, S, D, Kt);
+        nnvec::load_rows(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs);
+        transpose(Vs, S, Dv, Vt);
         std::fill(dK, dK + S * D, F(0));
         std::fill(dV, dV + S * Dv, F(0));
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
           const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;
-          for (int64_t i = 0; i < rows; ++i) {
-            widen(qp + (t0 + i) * p.q_strides[2], Qb + i * D, D);
-            widen(gop + (t0 + i) * p.o_strides[2], dOb + i * Dv, Dv);
-          }
+          nnvec::load_rows(qp + t0 * p.q_strides[2], p.q_strides[2], rows, D, Qb);
+          nnvec::load_rows(gop + t0 * p.o_strides[2], p.o_strides[2], rows, Dv, dOb);
           const Band cols{.n_hi = p.causal ? t0 : kOff};
           attn::gemm(rows, s_eff, D, Qb, D, 1, Kt, S, Pb, s_eff, false, cols);      // scores
           attn::gemm(rows, s_eff, Dv, dOb, Dv, 1, Vt, S, dSb, s_eff, false, cols);  // dP
@@ -186,7 +170,7 @@ struct AttentionBwd {
             std::fill(dr + len, dr + s_eff, F(0));
           }
           attn::gemm(rows, D, s_eff, dSb, s_eff, 1, Ks, D, dQb, D, false, Band{.k_hi = p.causal ? t0 : kOff});
-          for (int64_t i = 0; i < rows; ++i) narrow(dQb + i * D, gqp + (t0 + i) * p.q_strides[2], D);
+          nnvec::store_rows(dQb, rows, D, gqp + t0 * p.q_strides[2], p.q_strides[2]);
           // Key row j collects query rows i with t0 + i >= j.
           const Band keys{.k_lo = p.causal ? -t0 : kOff};
           attn::gemm(s_eff, D, rows, dSb, 1, s_eff, Qb, D, dK, D, true, keys);
@@ -194,10 +178,8 @@ struct AttentionBwd {
         }
         T* gkp = head_ptr<T>(gk, p.k_strides, b, h);
         T* gvp = head_ptr<T>(gv, p.v_strides, b, h);
-        for (int64_t j = 0; j < S; ++j) {
-          narrow(dK + j * D, gkp + j * p.k_strides[2], D);
-          narrow(dV + j * Dv, gvp + j * p.v_strides[2], Dv);
-        }
+        nnvec::store_rows(dK, S, D, gkp, p.k_strides[2]);
+        nnvec::store_rows(dV, S, Dv, gvp, p.v_strides[2]);
       }
     });
   }

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/prefetch.h"
 #include "kernels/cpu/loops.h"
 #include "mixtrain/half.h"
 
@@ -113,6 +114,35 @@ void store_row(const F* row, U* dst, int64_t n) {
     } else {
       for (int64_t i = 0; i < n; ++i) dst[i] = convert<U>(row[i]);
     }
+  }
+}
+
+// `rows` rows of n elements, row r at src + r * st, as F into dst [rows, n] (contiguous), exactly.
+// Strided rows are prefetched ahead (core/prefetch.h) and converted with one dispatch per call.
+template <typename F, typename T>
+void load_rows(const T* src, int64_t st, int64_t rows, int64_t n, F* dst) {
+  if constexpr (std::is_same_v<F, float> && std::is_same_v<T, bfloat16>) {
+    convert_bf16_to_fp32_rows(src, st, dst, n, rows, n);
+  } else if constexpr (std::is_same_v<F, float> && std::is_same_v<T, float16>) {
+    convert_fp16_to_fp32_rows(src, st, dst, n, rows, n);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      detail::prefetch_row_ahead(src, st, r, rows, n);
+      for (int64_t i = 0; i < n; ++i) dst[r * n + i] = convert<F>(src[r * st + i]);
+    }
+  }
+}
+
+// The F rows src [rows, n] (contiguous) rounded once into dst's rows, dst_st apart.
+template <typename F, typename U>
+void store_rows(const F* src, int64_t rows, int64_t n, U* dst, int64_t dst_st) {
+  if constexpr (std::is_same_v<F, float> && std::is_same_v<U, bfloat16>) {
+    convert_fp32_to_bf16_rows(src, n, dst, dst_st, rows, n);
+  } else if constexpr (std::is_same_v<F, float> && std::is_same_v<U, float16>) {
+    convert_fp32_to_fp16_rows(src, n, dst, dst_st, rows, n);
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n; ++i) dst[r * dst_st + i] = convert<U>(src[r * n + i]);
   }
 }
 
