@@ -47,6 +47,23 @@ def dataset_for(model_name, size, gen):
     return x, y
 
 
+# The ATen ops that are matrix products on the CPU (linear layers reach addmm or mm; attention's
+# batched products bmm). Their self time is the time of the BLAS / oneDNN call, taken on the calling
+# thread, so with intra-op threads it is wall time.
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def gemm_ms_per_step(step, first, steps):
+    """Runs steps first .. first + steps - 1 (the data of the timed steps again) under the profiler
+    and returns the matrix products' time per step, in ms."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(first, first + steps):
+            float(step(i))
+    total_us = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in GEMM_OPS)
+    return total_us / 1e3 / steps
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=pytorch_models.MODEL_NAMES, default="mlp")
@@ -58,6 +75,9 @@ def main():
     p.add_argument("--embed", type=int, default=None, help="gpt only: embedding width C")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
+    p.add_argument("--gemm-profile", action="store_true",
+                   help="after the timed steps, run as many again under torch.profiler and add gemm_ms_per_step: "
+                        "the wall time per step spent in matrix products (aten::mm, addmm, bmm, baddbmm)")
     p.add_argument("--detect-anomaly", action="store_true",
                    help="run each step under torch.autograd.detect_anomaly(check_nan=True)")
     args = p.parse_args()
@@ -114,6 +134,9 @@ def main():
         times.append((time.perf_counter() - t0) * 1e3)
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     med = statistics.median(times)
+    extra = {}
+    if args.gemm_profile:
+        extra["gemm_ms_per_step"] = gemm_ms_per_step(step, args.warmup, args.steps)
     print(json.dumps({
         "framework": "pytorch",
         "torch_version": torch.__version__,
@@ -129,6 +152,7 @@ def main():
         "samples_per_sec": args.batch_size / (med / 1e3),
         "peak_rss_bytes": rss_after,
         "rss_growth_bytes": rss_after - rss_before,
+        **extra,
     }))
 
 
