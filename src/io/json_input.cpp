@@ -30,13 +30,20 @@ json parse_untrusted_json(std::string_view text, int max_depth, const JsonFail& 
     }
     return true;
   };
+  // nlohmann's messages start with "[json.exception.parse_error.101] ": keep what follows.
+  auto reason = [](const json::exception& e) {
+    std::string msg = e.what();
+    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
+    return "invalid JSON: " + msg;
+  };
   try {
     return json::parse(text.begin(), text.end(), guard);
   } catch (const json::parse_error& e) {
-    // e.byte is 1-based; strip nlohmann's "[json.exception.parse_error.101] " prefix.
-    std::string msg = e.what();
-    if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
-    fail(e.byte > 0 ? e.byte - 1 : 0, "invalid JSON: " + msg);
+    fail(e.byte > 0 ? e.byte - 1 : 0, reason(e));  // e.byte is 1-based
+  } catch (const json::exception& e) {
+    // Raised mid-parse without a position: a number past double's range (out_of_range.406)
+    // and anything else nlohmann may add. Reported at the start of the text.
+    fail(0, reason(e));
   }
   return {};  // not reached: fail throws
 }

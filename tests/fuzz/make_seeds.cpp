@@ -5,6 +5,7 @@
 #include <mixtrain/mixtrain.h>
 #include <zlib.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +40,13 @@ std::string be32(uint32_t v) {
   return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
 }
 
+// The 8-byte little-endian length that opens a safetensors file.
+std::string le64(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out;
+}
+
 std::string read(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -68,6 +76,9 @@ int main(int argc, char** argv) {
                                                 {"scalar", mt::zeros({})}},
                            {{"format", "pt"}, {"note", "seed"}});
   mt::io::save_safetensors((root / "safetensors" / "empty.safetensors").string(), mt::io::NamedTensors{});
+  // A number past double's range (nlohmann reports it as out_of_range, not as a parse error).
+  const std::string overflow = R"({"a":{"dtype":"U8","shape":[1e999],"data_offsets":[0,1]}})";
+  write(root / "safetensors" / "number-overflow.safetensors", le64(overflow.size()) + overflow + "x");
 
   // checkpoint: the fuzz_checkpoint run after 2 and 5 steps (periodic and final checkpoints).
   {

@@ -214,6 +214,11 @@ TEST(Safetensors, HostileHeaders) {
   expect_bad(dir.file("meta"), "is not a string");
   make_file(dir, "utf8", "{\"\xff\":{" + f32x2 + "}}", std::string(8, 'x'));
   expect_bad(dir.file("utf8"), "JSON header: invalid JSON");
+  // Numbers past double's range: nlohmann reports them as out_of_range, not parse_error.
+  make_file(dir, "overflow", R"({"a":{"dtype":"U8","shape":[211111E1111111],"data_offsets":[0,1]}})", "a");
+  expect_bad(dir.file("overflow"), "JSON header: invalid JSON: number overflow parsing '211111E1111111'");
+  make_file(dir, "overflowmeta", R"({"__metadata__":{"k":-1e400}})", "");
+  expect_bad(dir.file("overflowmeta"), "JSON header: invalid JSON: number overflow");
 }
 
 TEST(Safetensors, HostileOffsets) {

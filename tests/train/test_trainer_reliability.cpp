@@ -282,6 +282,16 @@ TEST_F(CraftedCheckpoint, DeeplyNestedJsonIsRefusedWithoutACrash) {
   EXPECT_NE(msg.find("nests deeper than 1 level"), std::string::npos) << msg;
 }
 
+TEST_F(CraftedCheckpoint, NumbersPastDoubleRangeAreRefused) {
+  // nlohmann signals these with out_of_range, not parse_error; both must become an mt::Error.
+  const std::string msg = resume_error([](auto& meta) {
+    std::string t = meta.at("trainer");
+    t.insert(1, "\"seed\":211111E1111111,");
+    meta["trainer"] = t;
+  });
+  EXPECT_NE(msg.find("invalid JSON: number overflow parsing '211111E1111111'"), std::string::npos) << msg;
+}
+
 TEST_F(CraftedCheckpoint, DuplicateKeysAreRefused) {
   const std::string msg = resume_error([](auto& meta) {
     std::string t = meta.at("trainer");
