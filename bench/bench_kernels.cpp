@@ -17,6 +17,8 @@
 //   softmax/<dtype>/<isa>     [4096, 1024] over the last dim, forward and backward
 //   layer_norm/<dtype>/<isa>  GPT-mini's [2048, 256] with weight and bias, forward and backward
 //   gelu/<dtype>/<isa>        GPT-mini's MLP activation [2048, 1024] (erf), forward and backward
+//   bias_grad/<dtype>/<cols>  a linear layer's bias gradient: GPT-mini's output gradients
+//                             [2048, cols] (cols 256, 768, 1024) summed over rows (kernels::sum_rows)
 //   convert/<from>-<to>/<isa> 4M elements, fp32 <-> bf16 and fp32 <-> fp16
 #include <benchmark/benchmark.h>
 
@@ -24,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/linalg.h"
 #include "mixtrain/cpu.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/nn/functional.h"
@@ -140,6 +143,19 @@ void BM_Gelu(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
   run_rows(state, dtype, level, 2048, 1024, [](const mt::Tensor& x) { return mt::gelu(x); });
 }
 
+void BM_BiasGrad(benchmark::State& state, mt::DType dtype, int64_t cols) {
+  const int64_t rows = 2048;
+  mt::Generator gen(6);
+  const mt::Tensor g = mt::randn({rows, cols}, {}, &gen).to(dtype);
+  const mt::Tensor out = mt::Tensor::empty({cols}, dtype);
+  for (auto _ : state) {
+    mt::kernels::sum_rows(g, out);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  const double bytes = static_cast<double>(rows * cols * mt::element_size(dtype));
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_Convert(benchmark::State& state, mt::DType from, mt::DType to, mt::cpu::Isa level) {
   mt::cpu::MaxIsaGuard cap(level);
   mt::Generator gen(7);
@@ -199,6 +215,9 @@ int main(int argc, char** argv) {
       add("layer_norm/" + suffix, BM_LayerNorm, dt, level);
       add("gelu/" + suffix, BM_Gelu, dt, level);
     }
+  for (mt::DType dt : {mt::kFloat32, mt::kBFloat16})
+    for (int64_t cols : {256, 768, 1024})
+      add("bias_grad/" + std::string(mt::name(dt)) + "/" + std::to_string(cols), BM_BiasGrad, dt, cols);
   for (auto [from, to] : {std::pair{mt::kFloat32, mt::kBFloat16}, std::pair{mt::kBFloat16, mt::kFloat32},
                           std::pair{mt::kFloat32, mt::kFloat16}, std::pair{mt::kFloat16, mt::kFloat32}})
     for (Isa level : convert_levels)

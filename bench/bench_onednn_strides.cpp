@@ -3,7 +3,8 @@
 // behind pad_operand in src/kernels/onednn/matmul.cpp. Below AVX-512 oneDNN 2.6 runs fp32 matmuls on
 // its AVX2 sgemm ("gemm:jit"), which is where the layout matters:
 //   MIXTRAIN_MAX_ISA=avx2 OMP_NUM_THREADS=2 build/bench/mixtrain_bench_onednn_strides
-// Arguments: operand (0: A [M, K] column-major, column stride M; 1: B [K, N] row-major, row stride
+// BM_TransposedA below: the same question for a transposed operand at the native level.
+// Arguments (BM_StridedOperand): operand (0: A [M, K] column-major, column stride M; 1: B [K, N] row-major, row stride
 // N), M, K, N, copy (0: view, 1: padded copy). Counter GFLOP/s = 2 M N K per iteration.
 #include <benchmark/benchmark.h>
 
@@ -83,6 +84,55 @@ void strided_cases(benchmark::internal::Benchmark* b) {
       for (int64_t m : {32, 64, 256, 512})
         for (int64_t copy : {0, 1}) b->Args({1, m, k, n, copy});
 }
+
+// A transposed A (column-major [M, K], as dY^T in a weight gradient dW = dY^T X) read in place
+// against copied into row-major first (the transposing reorder timed with the product), in fp32 and
+// bf16, at the level oneDNN picks natively: what keeps mixtrain reading transposed views in place at
+// AVX-512 (docs/notes/design-choices.md). Arguments: M, K, N, bf16 (0/1), copy (0: view, 1: copy).
+void BM_TransposedA(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const bool bf16 = state.range(3) == 1, copy = state.range(4) == 1;
+  const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::desc a_md({M, K}, dt, memory::dims{1, M});  // column-major: the transposed view
+  const memory::desc row_md({M, K}, dt, memory::dims{K, 1});
+  const memory::desc b_md({K, N}, dt, memory::dims{N, 1});
+  const memory::desc c_md({M, N}, memory::data_type::f32, memory::dims{N, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::library);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(copy ? row_md : a_md, b_md, c_md), attr,
+                                        onednn::engine());
+  const dnnl::matmul product(pd);
+  Buffer a(a_md.get_size(), 0.0f), row(row_md.get_size(), 0.0f), b(b_md.get_size(), 0.0f), c(c_md.get_size(), 0.0f);
+  memory a_mem(a_md, onednn::engine(), a.data), row_mem(row_md, onednn::engine(), row.data),
+      b_mem(b_md, onednn::engine(), b.data), c_mem(c_md, onednn::engine(), c.data);
+  std::optional<dnnl::reorder> reorder;
+  if (copy) reorder.emplace(dnnl::reorder::primitive_desc(onednn::engine(), a_md, onednn::engine(), row_md));
+  const std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, copy ? row_mem : a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  dnnl::stream& s = onednn::stream();
+  for (auto _ : state) {
+    if (reorder) reorder->execute(s, a_mem, row_mem);
+    product.execute(s, args);
+    s.wait();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(M * N * K), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  state.SetLabel(std::string(pd.impl_info_str()) + (copy ? ", row-major copy" : ", view"));
+}
+
+// GPT-mini's weight gradients (batch 16 x 128 tokens = K of 2048): [out, in] = [256|768|1024, 256|1024].
+void transposed_cases(benchmark::internal::Benchmark* b) {
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{256, 1024}, {1024, 256}, {768, 256}, {256, 256}})
+    for (int64_t bf16 : {0, 1})
+      for (int64_t copy : {0, 1}) b->Args({m, 2048, n, bf16, copy});
+}
+
+BENCHMARK(BM_TransposedA)
+    ->ArgNames({"M", "K", "N", "bf16", "copy"})
+    ->Apply(transposed_cases)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 BENCHMARK(BM_StridedOperand)
     ->ArgNames({"B", "M", "K", "N", "copy"})

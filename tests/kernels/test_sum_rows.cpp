@@ -54,6 +54,17 @@ TEST(SumRows, EqualsRowOrderAccumulationInEveryLayoutAndDtype) {
   }
 }
 
+TEST(SumRows, ColumnSplitsAndRowBlocksKeepTheRowOrder) {
+  // Enough rows that threads split 250 columns (not a multiple of the 16-column split unit) between
+  // them, a row count that leaves a partial row block, and rows strided past their width.
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    SCOPED_TRACE(name(dt));
+    Tensor x = (uniform_input({2101, 260}, kFloat32, 9) * 300.0).to(dt).narrow(1, 3, 250);
+    const Tensor expected = reference_sum_rows(x, dt);
+    for (int threads : {1, 2, 3}) EXPECT_TRUE(bitwise_equal(run_sum_rows(x, dt, threads), expected)) << threads;
+  }
+}
+
 TEST(SumRows, WidenedInputRoundedIntoSixteenBitsEqualsTheSixteenBitSum) {
   for (DType dt : {kBFloat16, kFloat16}) {
     SCOPED_TRACE(name(dt));

@@ -21,8 +21,14 @@ namespace mixtrain::kernels {
 namespace {
 
 // Columns one pass over the rows accumulates at once: 256 fp32 accumulators (1 KiB) and a widened
-// row segment stay in L1 while the rows stream through.
+// block of row segments stay in L1 while the rows stream through.
 constexpr int64_t kColumnBlock = 256;
+// 16-bit rows are widened kRowBlock at a time (one converter dispatch per block, not per row):
+// 16 x 256 floats, 16 KiB.
+constexpr int64_t kRowBlock = 16;
+// Threads split the columns in multiples of a 64-byte line of fp32 accumulators, so that a
+// gradient of 256 columns (a 256-wide layer) still keeps two threads busy.
+constexpr int64_t kColumnAlign = 16;
 
 void round_into(const float* acc, const Tensor& out, int64_t c0, int64_t n) {
   switch (out.dtype()) {
@@ -34,21 +40,36 @@ void round_into(const float* acc, const Tensor& out, int64_t c0, int64_t n) {
 }
 
 // Rows with unit column stride (the gradient of a linear layer): each thread owns a range of
-// columns and streams every row's segment of it into fp32 accumulators, a vectorised add per row.
+// columns and streams every row's segment of it into fp32 accumulators, a vectorised add per row
+// (16-bit rows widened a block of rows at a time). Every column is summed over the rows in order,
+// so neither the column split nor the row blocks change a bit.
 template <typename T>
 void sum_rows_unit_stride(const Tensor& x, const Tensor& out) {
   const int64_t rows = x.size(0), cols = x.size(1), sr = x.stride(0);
   const T* px = static_cast<const T*>(host_data(x));
-  const int64_t grain = std::max<int64_t>(kColumnBlock, kGrainSize / std::max<int64_t>(rows, 1));
-  parallel_for(cols, grain, [&](int64_t c0, int64_t c1) {
+  const int64_t aligned_cols = (cols + kColumnAlign - 1) / kColumnAlign;  // units of kColumnAlign
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(rows * kColumnAlign, 1));
+  parallel_for(aligned_cols, grain, [&](int64_t u0, int64_t u1) {
+    const int64_t c0 = u0 * kColumnAlign, c1 = std::min(cols, u1 * kColumnAlign);
     alignas(64) float acc[kColumnBlock];
-    alignas(64) float buf[kColumnBlock];
+    alignas(64) float buf[kRowBlock * kColumnBlock];
     for (int64_t b = c0; b < c1; b += kColumnBlock) {
       const int64_t n = std::min(kColumnBlock, c1 - b);
       std::fill(acc, acc + n, 0.0f);
-      for (int64_t i = 0; i < rows; ++i) {
-        const float* v = nnvec::load_row(px + i * sr + b, buf, n);  // the row itself, or widened into buf
-        for (int64_t j = 0; j < n; ++j) acc[j] += v[j];
+      for (int64_t i0 = 0; i0 < rows; i0 += kRowBlock) {
+        const int64_t block = std::min(kRowBlock, rows - i0);
+        const float* v;  // the block's first row; the next ones `step` floats apart
+        int64_t step;
+        if constexpr (std::is_same_v<T, float>) {
+          v = px + i0 * sr + b;
+          step = sr;
+        } else {
+          nnvec::load_rows(px + i0 * sr + b, sr, block, n, buf);
+          v = buf;
+          step = n;
+        }
+        for (int64_t i = 0; i < block; ++i, v += step)
+          for (int64_t j = 0; j < n; ++j) acc[j] += v[j];
       }
       round_into(acc, out, b, n);
     }
