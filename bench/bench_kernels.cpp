@@ -17,8 +17,12 @@
 //   softmax/<dtype>/<isa>     [4096, 1024] over the last dim, forward and backward
 //   layer_norm/<dtype>/<isa>  GPT-mini's [2048, 256] with weight and bias, forward and backward
 //   gelu/<dtype>/<isa>        GPT-mini's MLP activation [2048, 1024] (erf), forward and backward
+//   gelu-recompute/<dtype>/<isa>/<how>  gelu_linear's backward elementwise work on GPT-mini's
+//                             [2048, 1024]: gelu(x) recomputed and the input gradient, as two
+//                             kernels (separate) or one pass sharing erf (fused)
 //   bias_grad/<dtype>/<cols>  a linear layer's bias gradient: GPT-mini's output gradients
-//                             [2048, cols] (cols 256, 768, 1024) summed over rows (kernels::sum_rows)
+//                             [2048, cols] (cols 256, 768, 1024) summed over rows (kernels::sum_rows);
+//                             bias_grad-cold/: the caches evicted before each iteration
 //   convert/<from>-<to>/<isa> 4M elements, fp32 <-> bf16 and fp32 <-> fp16
 #include <benchmark/benchmark.h>
 
@@ -26,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/elementwise.h"
 #include "kernels/linalg.h"
 #include "mixtrain/cpu.h"
 #include "mixtrain/factory.h"
@@ -143,12 +148,36 @@ void BM_Gelu(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level) {
   run_rows(state, dtype, level, 2048, 1024, [](const mt::Tensor& x) { return mt::gelu(x); });
 }
 
-void BM_BiasGrad(benchmark::State& state, mt::DType dtype, int64_t cols) {
+void BM_GeluRecompute(benchmark::State& state, mt::DType dtype, mt::cpu::Isa level, bool fused) {
+  namespace kn = mt::kernels;
+  mt::cpu::MaxIsaGuard cap(level);
+  mt::Generator gen(8);
+  const mt::Tensor x = mt::randn({2048, 1024}, {}, &gen).to(dtype), g = mt::randn({2048, 1024}, {}, &gen).to(dtype);
+  const mt::Tensor y = mt::Tensor::empty(x.shape(), dtype), gx = mt::Tensor::empty(x.shape(), dtype);
+  for (auto _ : state) {
+    if (fused) {
+      kn::gelu_forward_backward_kernel()(x.device(), dtype)(y, gx, g, x);
+    } else {
+      kn::unary_kernel(kn::UnaryOp::k_gelu)(x.device(), dtype)(y, x, {});
+      kn::unary_backward_kernel(kn::UnaryOp::k_gelu)(x.device(), dtype)(gx, g, x, {});
+    }
+    benchmark::DoNotOptimize(gx.raw_data());
+  }
+  const double bytes = 4.0 * static_cast<double>(x.numel() * mt::element_size(dtype));  // x, g in; y, gx out
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_BiasGrad(benchmark::State& state, mt::DType dtype, int64_t cols, bool cold) {
   const int64_t rows = 2048;
   mt::Generator gen(6);
   const mt::Tensor g = mt::randn({rows, cols}, {}, &gen).to(dtype);
   const mt::Tensor out = mt::Tensor::empty({cols}, dtype);
   for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      evict_caches();
+      state.ResumeTiming();
+    }
     mt::kernels::sum_rows(g, out);
     benchmark::DoNotOptimize(out.raw_data());
   }
@@ -214,10 +243,14 @@ int main(int argc, char** argv) {
       add("softmax/" + suffix, BM_Softmax, dt, level);
       add("layer_norm/" + suffix, BM_LayerNorm, dt, level);
       add("gelu/" + suffix, BM_Gelu, dt, level);
+      for (bool fused : {false, true})
+        add("gelu-recompute/" + suffix + (fused ? "/fused" : "/separate"), BM_GeluRecompute, dt, level, fused);
     }
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16})
     for (int64_t cols : {256, 768, 1024})
-      add("bias_grad/" + std::string(mt::name(dt)) + "/" + std::to_string(cols), BM_BiasGrad, dt, cols);
+      for (bool cold : {false, true})
+        add(std::string(cold ? "bias_grad-cold/" : "bias_grad/") + std::string(mt::name(dt)) + "/" + std::to_string(cols),
+            BM_BiasGrad, dt, cols, cold);
   for (auto [from, to] : {std::pair{mt::kFloat32, mt::kBFloat16}, std::pair{mt::kBFloat16, mt::kFloat32},
                           std::pair{mt::kFloat32, mt::kFloat16}, std::pair{mt::kFloat16, mt::kFloat32}})
     for (Isa level : convert_levels)

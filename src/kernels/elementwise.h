@@ -51,6 +51,18 @@ inline const DispatchTable<UnaryBackwardFn>& unary_backward_kernel(UnaryOp op) {
   return unary_backward_tables[static_cast<int>(op)];
 }
 
+// gelu's forward and backward in one pass over the saved input, for an op that saved x and needs
+// both gelu(x) and the input gradient (gelu_linear recomputes gelu(x) in its backward):
+// y = gelu(x), grad_in = grad_out * gelu'(x), erf(x / sqrt 2) evaluated once per element. Bit for
+// bit what unary_kernel(k_gelu) and unary_backward_kernel(k_gelu) give. All four operands have one
+// dtype and shape and are contiguous; grad_in may be grad_out itself (each element is read before
+// it is written).
+using GeluForwardBackwardFn = void(const Tensor& y, const Tensor& grad_in, const Tensor& grad_out, const Tensor& x);
+extern DispatchTable<GeluForwardBackwardFn> gelu_forward_backward_table;
+inline const DispatchTable<GeluForwardBackwardFn>& gelu_forward_backward_kernel() {
+  return gelu_forward_backward_table;
+}
+
 // Binary arithmetic: out = a + s.a * b (add, sub with negated alpha), a * b, a / b, pow(a, b).
 enum class BinaryOp : uint8_t { kAdd, kMul, kDiv, kPow, kCount };
 using BinaryFn = void(const Tensor& out, const Tensor& a, const Tensor& b, Scalars s);

@@ -36,6 +36,7 @@ constinit std::array<DispatchTable<UnaryFn>, static_cast<int>(UnaryOp::kCount)> 
 constinit std::array<DispatchTable<UnaryBackwardFn>, static_cast<int>(UnaryOp::kCount)> unary_backward_tables{
     MT_FORALL_UNARY_KERNELS(MT_UNARY_TABLE)};
 #undef MT_UNARY_TABLE
+constinit DispatchTable<GeluForwardBackwardFn> gelu_forward_backward_table{"gelu"};
 constinit std::array<DispatchTable<BinaryFn>, static_cast<int>(BinaryOp::kCount)> binary_tables{
     DispatchTable<BinaryFn>{"add"}, DispatchTable<BinaryFn>{"mul"}, DispatchTable<BinaryFn>{"div"},
     DispatchTable<BinaryFn>{"pow"}};
@@ -110,7 +111,7 @@ void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void
            &sgd_step_table, &adam_step_table, &unpack_master_table, &pack_master_table, &amp_unscale_table,
            &amp_update_scale_table, &matmul_fp32_route_table, &uses_fp32_route_table, &sum_rows_table,
            &sum_to_size_table, &find_bad_index_table, &gather_rows_table, &fp8_quantize_table,
-           &fp8_dequantize_table, &round_through_table})
+           &fp8_dequantize_table, &round_through_table, &gelu_forward_backward_table})
     visit(*t, context);
   all(unary_forward_tables);
   all(unary_backward_tables);

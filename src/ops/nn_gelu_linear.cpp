@@ -1,6 +1,8 @@
 // gelu_linear(x, w, b) = linear(gelu(x), w, b), the second half of a Transformer MLP, saving x
-// instead of gelu(x): backward recomputes gelu(x) (bit-identical: same kernel, same input), so
-// the [rows, hidden] activation is kept once instead of twice at the cost of one extra gelu pass.
+// instead of gelu(x): backward recomputes gelu(x) (bit-identical: same arithmetic, same input), so
+// the [rows, hidden] activation is kept once instead of twice. The recompute shares its pass and
+// its erf with gelu's own backward (kernels::gelu_forward_backward_kernel), so it costs little
+// more than the backward alone.
 //
 // Numerics and autocast follow the unfused composition exactly: gelu runs in x's dtype (its own
 // input-dtype policy), then the gelu_linear policy (lower precision, like linear) casts gelu(x), w
@@ -52,19 +54,30 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
                      const Tensor xv = sx.unpack("gelu_linear");
                      const ops::LinearOutputGrad gy(grads[0].to(hd).reshape({rows, out}));
                      TensorList result(3);
+                     Tensor hv;  // the forward's gelu(x), cast as the forward cast it (for the weight gradient)
+                     if (need_x) {
+                       const Tensor gh =
+                           gy.product(gy.g(), sw.unpack("gelu_linear")).to(xv.dtype()).reshape(x_shape).contiguous();
+                       const Tensor xc = xv.contiguous();
+                       const auto& both = kernels::gelu_forward_backward_kernel();
+                       if (need_w && both.has(xc.device().type, xc.dtype())) {
+                         // gelu(x) and the input gradient from one erf per element; the gradient
+                         // overwrites gh, a temporary of this function.
+                         Tensor h = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
+                         both(xc.device(), xc.dtype())(h, gh, gh, xc);
+                         hv = h.to(hd);
+                         result[0] = gh;
+                       } else {
+                         Tensor gx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
+                         kernels::unary_backward_kernel(kernels::UnaryOp::k_gelu)(xc.device(), xc.dtype())(gx, gh, xc, {});
+                         result[0] = gx;
+                       }
+                     }
                      if (need_w) {
-                       const Tensor hv = gelu(xv).to(hd);  // the forward's gelu(x), cast as the forward cast it
+                       if (!hv.defined()) hv = gelu(xv).to(hd);
                        result[1] = gy.product(gy.g().t(), hv.reshape({rows, in}), w_dt);
                      }
                      if (need_b) result[2] = gy.bias_grad(b_dt);
-                     if (need_x) {
-                       const Tensor gh =
-                           gy.product(gy.g(), sw.unpack("gelu_linear")).to(xv.dtype()).reshape(x_shape);
-                       Tensor gx = Tensor::empty(xv.shape(), xv.dtype(), xv.device());
-                       kernels::unary_backward_kernel(kernels::UnaryOp::k_gelu)(xv.device(), xv.dtype())(
-                           gx, gh.contiguous(), xv.contiguous(), {});
-                       result[0] = gx;
-                     }
                      return result;
                    });
   return y;

@@ -6,6 +6,7 @@
 // autocast, and errors.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "kernels/cpu/attention_gemm.h"
@@ -310,6 +311,31 @@ TEST(AttentionGemm, BandedProductsMatchTheLoop) {
               << band.k_hi << "/" << band.k_lo;
         }
       }
+    }
+  }
+}
+
+TEST(AttentionGemm, TransposeMovesEveryElementAtEveryLevel) {
+  // Sizes with and without 8 x 8 blocks, ragged right and bottom edges, a source row stride wider
+  // than the rows (a head's slice of a packed row); every element distinct, so a swap shows.
+  for (auto [R, C, lda] : std::vector<std::array<int64_t, 3>>{{128, 64, 192}, {13, 19, 23}, {8, 8, 8}, {7, 3, 5}, {1, 17, 17}}) {
+    std::vector<float> a(R * lda);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) + 0.5f;
+    std::vector<double> ad(a.begin(), a.end());
+    for (cpu::Isa level : kernel_isa_levels()) {
+      SCOPED_TRACE(std::string(cpu::name(level)) + " " + std::to_string(R) + " x " + std::to_string(C));
+      std::vector<float> out(R * C, -1.0f);
+      std::vector<double> outd(R * C, -1.0);
+      {
+        cpu::MaxIsaGuard cap(level);
+        kernels::attn::transpose(a.data(), lda, R, C, out.data());
+        kernels::attn::transpose(ad.data(), lda, R, C, outd.data());
+      }
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) {
+          ASSERT_EQ(out[c * R + r], a[r * lda + c]) << "r " << r << " c " << c;
+          ASSERT_EQ(outd[c * R + r], ad[r * lda + c]) << "r " << r << " c " << c;
+        }
     }
   }
 }

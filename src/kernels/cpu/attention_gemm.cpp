@@ -49,6 +49,21 @@ void gemm_generic(int64_t M, int64_t N, int64_t K, const F* A, int64_t rsa, int6
   }
 }
 
+// a [R, C] (rows lda apart) -> out [C, R], in 16 x 16 tiles: both sides stay within a few cache
+// lines, where a column-at-a-time transpose would store to a different line on every element.
+template <typename F>
+void transpose_generic(const F* a, int64_t lda, int64_t R, int64_t C, F* out) {
+  constexpr int64_t kTile = 16;
+  for (int64_t r0 = 0; r0 < R; r0 += kTile) {
+    const int64_t r1 = std::min(R, r0 + kTile);
+    for (int64_t c0 = 0; c0 < C; c0 += kTile) {
+      const int64_t c1 = std::min(C, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) out[c * R + r] = a[r * lda + c];
+    }
+  }
+}
+
 #if MT_ATTN_HAVE_AVX512
 
 #define MT_ATTN_TARGET __attribute__((target("avx512f,fma")))
@@ -245,6 +260,49 @@ void gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int
                                    float* c) { tile2_fn(mr, nv)(k0, k1, a, rsa, csa, b, ldb, c, ldc, accumulate, last); });
 }
 
+// 8 x 8 blocks through registers (unpack, shuffle, lane swap: 24 shuffles per 64 floats), the
+// ragged right and bottom edges through the generic loop. Pure data movement: the same bits at
+// every level.
+MT_ATTN_TARGET_AVX2 void transpose_avx2(const float* a, int64_t lda, int64_t R, int64_t C, float* out) {
+  const int64_t R8 = R - R % 8, C8 = C - C % 8;
+  for (int64_t r0 = 0; r0 < R8; r0 += 8) {
+    for (int64_t c0 = 0; c0 < C8; c0 += 8) {
+      const float* s = a + r0 * lda + c0;
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * lda);
+      __m256 t[8];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      __m256 u[8];
+#pragma GCC unroll 2
+      for (int i = 0; i < 2; ++i) {
+        u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+      }
+      float* d = out + c0 * R + r0;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(d + i * R, _mm256_permute2f128_ps(u[i], u[4 + i], 0x20));
+        _mm256_storeu_ps(d + (4 + i) * R, _mm256_permute2f128_ps(u[i], u[4 + i], 0x31));
+      }
+    }
+  }
+  if (C8 < C) {  // right edge, full height
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = C8; c < C; ++c) out[c * R + r] = a[r * lda + c];
+  }
+  if (R8 < R) {  // bottom edge, left of the right edge
+    for (int64_t c = 0; c < C8; ++c)
+      for (int64_t r = R8; r < R; ++r) out[c * R + r] = a[r * lda + c];
+  }
+}
+
 #endif  // MT_ATTN_HAVE_AVX512
 
 }  // namespace
@@ -262,6 +320,17 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t 
 void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t rsa, int64_t csa, const double* B, int64_t ldb,
           double* C, int64_t ldc, bool accumulate, const Band& band) {
   gemm_generic(M, N, K, A, rsa, csa, B, ldb, C, ldc, accumulate, band);
+}
+
+void transpose(const float* a, int64_t lda, int64_t R, int64_t C, float* out) {
+#if MT_ATTN_HAVE_AVX512
+  if (cpu::isa() >= cpu::Isa::kAvx2) return transpose_avx2(a, lda, R, C, out);
+#endif
+  transpose_generic(a, lda, R, C, out);
+}
+
+void transpose(const double* a, int64_t lda, int64_t R, int64_t C, double* out) {
+  transpose_generic(a, lda, R, C, out);
 }
 
 }  // namespace mixtrain::kernels::attn

@@ -39,4 +39,10 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t 
 void gemm(int64_t M, int64_t N, int64_t K, const double* A, int64_t rsa, int64_t csa, const double* B, int64_t ldb,
           double* C, int64_t ldc, bool accumulate, const Band& band = {});
 
+// out [C, R] = a [R, C]^T, a's rows lda apart, out contiguous: for the operands a product needs in
+// the other orientation (k^T for the scores, v^T for dP). Exact (a copy) at every ISA level; float
+// moves 8 x 8 blocks through registers from AVX2 on.
+void transpose(const float* a, int64_t lda, int64_t R, int64_t C, float* out);
+void transpose(const double* a, int64_t lda, int64_t R, int64_t C, double* out);
+
 }  // namespace mixtrain::kernels::attn

@@ -80,10 +80,19 @@ inline void store_run(T* dst, int64_t stride, int64_t n, const C* buf) {
 
 // The compute loop, one copy per ISA. `res` is a local buffer, so the compiler knows it aliases
 // no input and vectorises without run-time overlap checks.
-#define MT_EW_DEFINE_APPLY(NAME, ATTR)                                       \
-  template <typename F, typename C, typename... P>                           \
-  ATTR void NAME(const F& f, C* __restrict res, int64_t n, const P*... in) { \
-    for (int64_t i = 0; i < n; ++i) res[i] = f(in[i]...);                    \
+// The two-output form takes an f that returns a pair and stores its halves in two buffers.
+#define MT_EW_DEFINE_APPLY(NAME, ATTR)                                                                 \
+  template <typename F, typename C, typename... P>                                                     \
+  ATTR void NAME(const F& f, C* __restrict res, int64_t n, const P*... in) {                           \
+    for (int64_t i = 0; i < n; ++i) res[i] = f(in[i]...);                                              \
+  }                                                                                                    \
+  template <typename F, typename C, typename... P>                                                     \
+  ATTR void NAME##2(const F& f, C* __restrict res0, C* __restrict res1, int64_t n, const P*... in) { \
+    for (int64_t i = 0; i < n; ++i) {                                                                  \
+      const auto r = f(in[i]...);                                                                      \
+      res0[i] = r.first;                                                                               \
+      res1[i] = r.second;                                                                              \
+    }                                                                                                  \
   }
 MT_EW_DEFINE_APPLY(apply_generic, )
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -107,6 +116,15 @@ inline void apply(cpu::Isa isa, const F& f, C* res, int64_t n, const P*... in) {
   if (isa >= cpu::Isa::kAvx2) return apply_avx2(f, res, n, in...);
 #endif
   apply_generic(f, res, n, in...);
+}
+
+template <typename F, typename C, typename... P>
+inline void apply2(cpu::Isa isa, const F& f, C* res0, C* res1, int64_t n, const P*... in) {
+#if MT_EW_HAVE_X86_VARIANTS
+  if (isa >= cpu::Isa::kAvx512) return apply_avx5122(f, res0, res1, n, in...);
+  if (isa >= cpu::Isa::kAvx2) return apply_avx22(f, res0, res1, n, in...);
+#endif
+  apply_generic2(f, res0, res1, n, in...);
 }
 
 // out = f(ins...) elementwise; out and every input have storage type T and the same shape (any
@@ -162,6 +180,41 @@ void map(const F& f, const Tensor& out, const Ins&... ins) {
                         }
                         run(o + off[0], st[0], src, sst, count);
                       });
+  });
+}
+
+// {out0, out1} = f(ins...) elementwise, f returning a std::pair of opmath_t<T> values: two results
+// of one pass that share their work. Every operand contiguous, storage type T, one shape; an output
+// may be one of the inputs (a block is read whole before it is written). The same fixed blocks as
+// map, so no result depends on the thread count.
+template <typename T, typename F, typename... Ins>
+void map2(const F& f, const Tensor& out0, const Tensor& out1, const Ins&... ins) {
+  static_assert(sizeof...(Ins) >= 1 && (std::is_same_v<Ins, Tensor> && ...));
+  using C = opmath_t<T>;
+  constexpr int M = sizeof...(Ins);
+  const int64_t n = out0.numel();
+  MT_CHECK(out0.is_contiguous() && out1.is_contiguous() && (ins.is_contiguous() && ...) && out1.numel() == n &&
+               ((ins.numel() == n) && ...),
+           "elementwise map2: expected contiguous operands of one shape");
+  if (n == 0) return;
+  T* const o0 = static_cast<T*>(host_data(out0));
+  T* const o1 = static_cast<T*>(host_data(out1));
+  const std::array<const T*, M> p{static_cast<const T*>(host_data(ins))...};
+  const cpu::Isa isa = cpu::isa();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  parallel_for(blocks, kGrainSize / kBlock, [&](int64_t b, int64_t e) {
+    alignas(64) C res0[kBlock];
+    alignas(64) C res1[kBlock];
+    alignas(64) C buf[M][kBlock];
+    for (int64_t blk = b; blk < e; ++blk) {
+      const int64_t s = blk * kBlock, m = std::min(kBlock, n - s);
+      [&]<size_t... I>(std::index_sequence<I...>) {
+        apply2(isa, f, res0, res1, m, load_run<T>(p[I] + s, 1, m, buf[I])...);
+      }
+      (std::make_index_sequence<M>{});
+      store_run(o0 + s, 1, m, res0);
+      store_run(o1 + s, 1, m, res1);
+    }
   });
 }
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <numbers>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/elementwise_loops.h"
@@ -143,9 +144,11 @@ struct gelu_op {  // x * Phi(x), Phi the standard normal CDF through erf
   explicit gelu_op(Scalars) {}
   static constexpr C kSqrtHalf = C(0.70710678118654752440);
   static constexpr C kInvSqrt2Pi = C(0.39894228040143267794);
-  C operator()(C x) const { return C(0.5) * x * (C(1) + math::erf(x * kSqrtHalf)); }
-  C backward(C g, C x) const {
-    const C cdf = C(0.5) * (C(1) + math::erf(x * kSqrtHalf));
+  C operator()(C x) const { return forward_from_erf(x, math::erf(x * kSqrtHalf)); }
+  C backward(C g, C x) const { return backward_from_erf(g, x, math::erf(x * kSqrtHalf)); }
+  C forward_from_erf(C x, C e) const { return C(0.5) * x * (C(1) + e); }
+  C backward_from_erf(C g, C x, C e) const {
+    const C cdf = C(0.5) * (C(1) + e);
     const C pdf = math::exp(C(-0.5) * x * x) * kInvSqrt2Pi;
     return g * (cdf + x * pdf);
   }
@@ -236,9 +239,26 @@ struct Unary {
 };
 
 
+// gelu(x) and its input gradient from one erf per element (kernels/elementwise.h); the same
+// gelu_op arithmetic as the forward and backward kernels, so the same bits.
+template <typename T>
+struct GeluForwardBackward {
+  static void run(const Tensor& y, const Tensor& grad_in, const Tensor& grad_out, const Tensor& x) {
+    using C = opmath_t<T>;
+    const gelu_op<C> op(Scalars{});
+    ew::map2<T>(
+        [op](C g, C v) {
+          const C e = math::erf(v * gelu_op<C>::kSqrtHalf);
+          return std::pair<C, C>(op.forward_from_erf(v, e), op.backward_from_erf(g, v, e));
+        },
+        y, grad_in, grad_out, x);
+  }
+};
+
 }  // namespace
 
 void register_cpu_unary(const Registry& r) {
+  r.floating<GeluForwardBackward>(gelu_forward_backward_table);
 #define MT_REGISTER_FORWARD(name) r.floating<Unary<name##_op>::Forward>(unary_forward_tables[static_cast<int>(UnaryOp::k_##name)]);
   MT_FORALL_UNARY_KERNELS(MT_REGISTER_FORWARD)
 #undef MT_REGISTER_FORWARD

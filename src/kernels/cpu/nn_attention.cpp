@@ -15,8 +15,10 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "core/prefetch.h"
 #include "kernels/cpu/attention_gemm.h"
 #include "kernels/cpu/nn_vec.h"
 #include "kernels/nn.h"
@@ -65,19 +67,54 @@ inline int64_t head_grain(const AttentionParams& p) {
 // Keys query t (0-based) attends to.
 inline int64_t keys_for(const AttentionParams& p, int64_t t) { return p.causal ? std::min(p.S, t + 1) : p.S; }
 
-// a [R, C] -> out [C, R], in 16 x 16 tiles: both sides stay within a few cache lines, where a
-// column-at-a-time transpose would store to a different line on every element.
+// Rows of one head as the products read them: a pointer and its row stride.
 template <typename F>
-void transpose(const F* a, int64_t R, int64_t C, F* out) {
-  constexpr int64_t kTile = 16;
-  for (int64_t r0 = 0; r0 < R; r0 += kTile) {
-    const int64_t r1 = std::min(R, r0 + kTile);
-    for (int64_t c0 = 0; c0 < C; c0 += kTile) {
-      const int64_t c1 = std::min(C, c0 + kTile);
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) out[c * R + r] = a[r * C + c];
-    }
+struct Rows {
+  const F* p;
+  int64_t ld;
+};
+
+// `rows` rows of n values, st apart, as F rows. fp32 (and fp64) rows are read where they are: the
+// products take any row stride, so copying them would only add a pass. They are asked into the
+// cache first, since the hardware prefetchers do not follow a stride of a whole [B, T, 3C] row.
+// 16-bit rows are widened into `scratch` (rows x n).
+template <typename F, typename T>
+Rows<F> rows_of(const T* src, int64_t st, int64_t rows, int64_t n, F* scratch) {
+  if constexpr (std::is_same_v<T, F>) {
+    for (int64_t r = 0; r < rows; ++r) detail::prefetch_bytes(src + r * st, n * static_cast<int64_t>(sizeof(F)));
+    return {src, st};
+  } else {
+    nnvec::load_rows(src, st, rows, n, scratch);
+    return {scratch, n};
   }
+}
+
+// k^T or v^T [n, rows] of a head, for the products that need the other orientation: transposed
+// straight from the strided rows for fp32, widened into `scratch` first for 16-bit rows.
+template <typename F, typename T>
+void transposed_rows(const T* src, int64_t st, int64_t rows, int64_t n, F* scratch, F* out) {
+  const Rows<F> r = rows_of<F>(src, st, rows, n, scratch);
+  attn::transpose(r.p, r.ld, rows, n, out);
+}
+
+// Where a product writes `rows` output rows of n values: straight into dst (row stride st) for
+// fp32, else into `scratch`, rounded into dst afterwards by finish_rows.
+template <typename F>
+struct OutRows {
+  F* p;
+  int64_t ld;
+};
+template <typename F, typename T>
+OutRows<F> out_rows(T* dst, int64_t st, int64_t n, F* scratch) {
+  if constexpr (std::is_same_v<T, F>) {
+    return {dst, st};
+  } else {
+    return {scratch, n};
+  }
+}
+template <typename F, typename T>
+void finish_rows(const OutRows<F>& o, int64_t rows, int64_t n, T* dst, int64_t st) {
+  if constexpr (!std::is_same_v<T, F>) nnvec::store_rows(o.p, rows, n, dst, st);
 }
 
 template <typename T>
@@ -90,20 +127,20 @@ struct AttentionFwd {
     F* lse_all = host_ptr<F>(lse);
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
-      const auto [Kt, Vs, Qb, Sb, Ob, Ks] = scratch_blocks<F, 6>({D * S, S * Dv, Bq * D, Bq * S, Bq * Dv, S * D});
+      const auto [Kt, Ks, Vs, Qb, Sb, Ob] = scratch_blocks<F, 6>({D * S, S * D, S * Dv, Bq * D, Bq * S, Bq * Dv});
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
         const T* qp = head_ptr<T>(q, p.q_strides, b, h);
         T* op = head_ptr<T>(out, p.o_strides, b, h);
+        const int64_t qs = p.q_strides[2], os = p.o_strides[2];
         F* lse_row = lse_all + bh * T_;
-        nnvec::load_rows(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks);
-        transpose(Ks, S, D, Kt);
-        nnvec::load_rows(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs);
+        transposed_rows(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks, Kt);
+        const Rows<F> vr = rows_of(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs);
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
           const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;  // keys any row of the block sees
-          nnvec::load_rows(qp + t0 * p.q_strides[2], p.q_strides[2], rows, D, Qb);
-          attn::gemm(rows, s_eff, D, Qb, D, 1, Kt, S, Sb, s_eff, false, Band{.n_hi = p.causal ? t0 : kOff});
+          const Rows<F> qr = rows_of(qp + t0 * qs, qs, rows, D, Qb);
+          attn::gemm(rows, s_eff, D, qr.p, qr.ld, 1, Kt, S, Sb, s_eff, false, Band{.n_hi = p.causal ? t0 : kOff});
           for (int64_t i = 0; i < rows; ++i) {
             F* row = Sb + i * s_eff;
             const int64_t len = keys_for(p, t0 + i);
@@ -118,8 +155,9 @@ struct AttentionFwd {
             std::fill(row + len, row + s_eff, F(0));
             lse_row[t0 + i] = m + std::log(z);
           }
-          attn::gemm(rows, Dv, s_eff, Sb, s_eff, 1, Vs, Dv, Ob, Dv, false, Band{.k_hi = p.causal ? t0 : kOff});
-          nnvec::store_rows(Ob, rows, Dv, op + t0 * p.o_strides[2], p.o_strides[2]);
+          const OutRows<F> o = out_rows(op + t0 * os, os, Dv, Ob);
+          attn::gemm(rows, Dv, s_eff, Sb, s_eff, 1, vr.p, vr.ld, o.p, o.ld, false, Band{.k_hi = p.causal ? t0 : kOff});
+          finish_rows(o, rows, Dv, op + t0 * os, os);
         }
       }
     });
@@ -143,21 +181,21 @@ struct AttentionBwd {
         const T* qp = head_ptr<T>(q, p.q_strides, b, h);
         const T* gop = head_ptr<T>(gout, p.o_strides, b, h);
         T* gqp = head_ptr<T>(gq, p.q_strides, b, h);
+        const int64_t qs = p.q_strides[2], os = p.o_strides[2];
         const F* lse_row = lse_all + bh * T_;
-        nnvec::load_rows(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks);
-        transpose(Ks, S, D, Kt);
-        nnvec::load_rows(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs);
-        transpose(Vs, S, Dv, Vt);
+        const Rows<F> kr = rows_of(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks);
+        attn::transpose(kr.p, kr.ld, S, D, Kt);
+        transposed_rows(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs, Vt);
         std::fill(dK, dK + S * D, F(0));
         std::fill(dV, dV + S * Dv, F(0));
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
           const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;
-          nnvec::load_rows(qp + t0 * p.q_strides[2], p.q_strides[2], rows, D, Qb);
-          nnvec::load_rows(gop + t0 * p.o_strides[2], p.o_strides[2], rows, Dv, dOb);
+          const Rows<F> qr = rows_of(qp + t0 * qs, qs, rows, D, Qb);
+          const Rows<F> gor = rows_of(gop + t0 * os, os, rows, Dv, dOb);
           const Band cols{.n_hi = p.causal ? t0 : kOff};
-          attn::gemm(rows, s_eff, D, Qb, D, 1, Kt, S, Pb, s_eff, false, cols);      // scores
-          attn::gemm(rows, s_eff, Dv, dOb, Dv, 1, Vt, S, dSb, s_eff, false, cols);  // dP
+          attn::gemm(rows, s_eff, D, qr.p, qr.ld, 1, Kt, S, Pb, s_eff, false, cols);     // scores
+          attn::gemm(rows, s_eff, Dv, gor.p, gor.ld, 1, Vt, S, dSb, s_eff, false, cols);  // dP
           for (int64_t i = 0; i < rows; ++i) {
             F* pr = Pb + i * s_eff;
             F* dr = dSb + i * s_eff;
@@ -169,12 +207,13 @@ struct AttentionBwd {
             std::fill(pr + len, pr + s_eff, F(0));
             std::fill(dr + len, dr + s_eff, F(0));
           }
-          attn::gemm(rows, D, s_eff, dSb, s_eff, 1, Ks, D, dQb, D, false, Band{.k_hi = p.causal ? t0 : kOff});
-          nnvec::store_rows(dQb, rows, D, gqp + t0 * p.q_strides[2], p.q_strides[2]);
+          const OutRows<F> dq = out_rows(gqp + t0 * qs, qs, D, dQb);
+          attn::gemm(rows, D, s_eff, dSb, s_eff, 1, kr.p, kr.ld, dq.p, dq.ld, false, Band{.k_hi = p.causal ? t0 : kOff});
+          finish_rows(dq, rows, D, gqp + t0 * qs, qs);
           // Key row j collects query rows i with t0 + i >= j.
           const Band keys{.k_lo = p.causal ? -t0 : kOff};
-          attn::gemm(s_eff, D, rows, dSb, 1, s_eff, Qb, D, dK, D, true, keys);
-          attn::gemm(s_eff, Dv, rows, Pb, 1, s_eff, dOb, Dv, dV, Dv, true, keys);
+          attn::gemm(s_eff, D, rows, dSb, 1, s_eff, qr.p, qr.ld, dK, D, true, keys);
+          attn::gemm(s_eff, Dv, rows, Pb, 1, s_eff, gor.p, gor.ld, dV, Dv, true, keys);
         }
         T* gkp = head_ptr<T>(gk, p.k_strides, b, h);
         T* gvp = head_ptr<T>(gv, p.v_strides, b, h);
