@@ -1,8 +1,9 @@
 // CPU fused attention, forward and backward (the kernels behind scaled_dot_product_attention and
 // qkv_attention; tables in src/kernels/nn.h).
 //
-// Accumulation: fp32 (fp64 for fp64 input). Per (batch, head) the k and v rows are widened once to
-// fp32 scratch (k also transposed), then queries are processed in blocks of kQueryBlock rows:
+// Accumulation: fp32 (fp64 for fp64 input). Per (batch, head) 16-bit k and v rows are widened once
+// to fp32 scratch, fp32 rows are read where they are (the products take any row stride); k^T (and
+// v^T for the backward) is built once, then queries are processed in blocks of kQueryBlock rows:
 //   forward:  S = q k^T;  P = softmax(scale * S) per row (causal: keys s <= t only; the rest 0);
 //             out = P v, rounded once; lse = max + log(sum) saved per query.
 //   backward: P = exp(scale * S - lse) recomputed;  dP = dout v^T;  dS = scale * P * (dP - rowsum(P dP));
