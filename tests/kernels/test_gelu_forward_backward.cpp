@@ -11,6 +11,7 @@
 #include "ops/test_linalg_util.h"
 #include "ops/test_nn_helpers.h"
 #include "support/cpu_env.h"
+#include "support/tolerances.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -94,8 +95,9 @@ TEST(GeluForwardBackward, ValuesAreGeluAndItsDerivative) {
   for (size_t i = 0; i < xv.size(); ++i) {
     const double cdf = 0.5 * (1.0 + std::erf(xv[i] / std::sqrt(2.0)));
     const double pdf = std::exp(-0.5 * xv[i] * xv[i]) / std::sqrt(2.0 * M_PI);
-    EXPECT_NEAR(y[i], xv[i] * cdf, 1e-12) << xv[i];
-    EXPECT_NEAR(gi[i], gv[i] * (cdf + xv[i] * pdf), 1e-12) << xv[i];
+    const double y_ref = xv[i] * cdf, gi_ref = gv[i] * (cdf + xv[i] * pdf);
+    EXPECT_NEAR(y[i], y_ref, kFp64VsReference.atol + kFp64VsReference.rtol * std::abs(y_ref)) << xv[i];
+    EXPECT_NEAR(gi[i], gi_ref, kFp64VsReference.atol + kFp64VsReference.rtol * std::abs(gi_ref)) << xv[i];
   }
 }
 

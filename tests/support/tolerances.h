@@ -20,6 +20,10 @@ inline constexpr Tolerance kGradcheck{1e-5, 1e-7};
 // (eps 1.2e-7); a few roundings plus fp32 accumulation over <= 10^4 terms stay below 1e-5 relative.
 inline constexpr Tolerance kFp32VsReference{1e-5, 1e-6};
 
+// An fp64 kernel against the same closed form written out in fp64 (same C library functions): only
+// the order of a few roundings differs (eps 2.2e-16), so 1e-12 relative leaves a wide margin.
+inline constexpr Tolerance kFp64VsReference{1e-12, 1e-14};
+
 // A 16-bit kernel against the same math in fp32: inputs are already representable, compute is fp32
 // and the only extra error is the final rounding to the 16-bit type: half an ulp, 2^-8 relative for
 // bf16 (8 significand bits) and 2^-11 for fp16. Twice that covers one double rounding (e.g. an
