@@ -141,19 +141,24 @@ TileFn tile_fn(int mr, int nv) {
 }
 
 // The tile loop of the vector kernels: C in tiles of up to kRows rows x kLanes * kMaxVectors
-// columns; tiles right of the causal band are skipped, tiles whose k range is empty are zeroed (or
-// left, when accumulating), the rest go to tile(mr, nv, last, k0, k1, A, B, C) with the number of
-// valid lanes (1..kLanes) in the last of the nv vectors.
+// columns; tiles right of the causal band are skipped and tiles that cross it are cut to the
+// vectors that hold a needed column (on the diagonal of a causal block this halves the work),
+// tiles whose k range is empty are zeroed (or left, when accumulating), the rest go to
+// tile(mr, nv, last, k0, k1, A, B, C) with the number of valid lanes (1..kLanes) in the last of the
+// nv vectors. Cutting a tile changes which elements are written, never how one is summed.
 template <int kRows, int kLanes, int kMaxVectors, typename Tile>
 void for_each_tile(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, const float* B, float* C, int64_t ldc,
                    bool accumulate, const Band& band, Tile&& tile) {
   for (int64_t j0 = 0; j0 < N; j0 += kLanes * kMaxVectors) {
-    const int64_t nb = std::min<int64_t>(kLanes * kMaxVectors, N - j0);
-    const int nv = static_cast<int>((nb + kLanes - 1) / kLanes);
-    const int last = static_cast<int>(nb - kLanes * (nv - 1));
+    const int64_t width = std::min<int64_t>(kLanes * kMaxVectors, N - j0);
     for (int64_t i0 = 0; i0 < M; i0 += kRows) {
       const int mr = static_cast<int>(std::min<int64_t>(kRows, M - i0));
-      if (n_limit(band, N, i0 + mr) <= j0) continue;  // no needed column in this tile
+      const int64_t needed = n_limit(band, N, i0 + mr) - j0;  // columns of this tile some row needs
+      if (needed <= 0) continue;
+      // Whole vectors up to the last needed column (never past N).
+      const int64_t nb = std::min<int64_t>(width, (needed + kLanes - 1) / kLanes * kLanes);
+      const int nv = static_cast<int>((nb + kLanes - 1) / kLanes);
+      const int last = static_cast<int>(nb - kLanes * (nv - 1));
       const KRange kr = k_range(band, K, i0, i0 + mr);
       float* c = C + i0 * ldc + j0;
       if (kr.end <= kr.begin) {

@@ -16,6 +16,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -68,6 +69,13 @@ inline int64_t head_grain(const AttentionParams& p) {
 // Keys query t (0-based) attends to.
 inline int64_t keys_for(const AttentionParams& p, int64_t t) { return p.causal ? std::min(p.S, t + 1) : p.S; }
 
+// The length to which a row of `len` scores (of s_eff in the block) is processed. The row
+// primitives (nnvec) run whole vectors and then finish a ragged end one element at a time, which
+// on causal rows (1 to S long) cost more than the vectors did. So a row is processed in whole
+// 16-float blocks where the block has room, its extra entries set to add nothing: -inf before the
+// exp (whose result is then 0), 0 in the gradient.
+inline int64_t padded_row(int64_t len, int64_t s_eff) { return std::min(s_eff, (len + 15) / 16 * 16); }
+
 // Rows of one head as the products read them: a pointer and its row stride.
 template <typename F>
 struct Rows {
@@ -118,6 +126,41 @@ void finish_rows(const OutRows<F>& o, int64_t rows, int64_t n, T* dst, int64_t s
   if constexpr (!std::is_same_v<T, F>) nnvec::store_rows(o.p, rows, n, dst, st);
 }
 
+// The rows of the (batch, head) a thread takes next: q, k, v and (for the backward) dout. While
+// one head is computed, the next one's rows are asked into the cache a few at a time, spread over
+// the current head's T query rows, so that its transposes and first products find them there
+// instead of waiting on memory row by row (the prefetch in rows_of comes too late to hide that).
+struct HeadRows {
+  struct Operand {
+    const char* base = nullptr;
+    int64_t stride = 0, rows = 0, bytes = 0;  // row stride and row length in bytes
+  };
+  std::array<Operand, 4> ops{};
+
+  template <typename T>
+  static Operand operand(const Tensor& t, const int64_t* st, int64_t b, int64_t h, int64_t rows, int64_t n) {
+    if (!t.defined()) return {};
+    const auto size = static_cast<int64_t>(sizeof(T));
+    return {reinterpret_cast<const char*>(head_ptr<T>(t, st, b, h)), st[2] * size, rows, n * size};
+  }
+  // gout may be undefined (the forward).
+  template <typename T>
+  static HeadRows of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, const AttentionParams& p,
+                     int64_t bh) {
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    return {{operand<T>(q, p.q_strides, b, h, p.T, p.D), operand<T>(k, p.k_strides, b, h, p.S, p.D),
+             operand<T>(v, p.v_strides, b, h, p.S, p.Dv), operand<T>(gout, p.o_strides, b, h, p.T, p.Dv)}};
+  }
+
+  // Prefetches the share of every operand's rows that goes with query row t of T.
+  void prefetch_row(int64_t t, int64_t T) const {
+    for (const Operand& o : ops) {
+      for (int64_t r = o.rows * t / T, r1 = o.rows * (t + 1) / T; r < r1; ++r)
+        detail::prefetch_bytes(o.base + r * o.stride, o.bytes);
+    }
+  }
+};
+
 template <typename T>
 struct AttentionFwd {
   static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
@@ -137,23 +180,27 @@ struct AttentionFwd {
         F* lse_row = lse_all + bh * T_;
         transposed_rows(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks, Kt);
         const Rows<F> vr = rows_of(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs);
+        const HeadRows next = bh + 1 < end ? HeadRows::of<T>(q, k, v, Tensor(), p, bh + 1) : HeadRows{};
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
           const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;  // keys any row of the block sees
           const Rows<F> qr = rows_of(qp + t0 * qs, qs, rows, D, Qb);
           attn::gemm(rows, s_eff, D, qr.p, qr.ld, 1, Kt, S, Sb, s_eff, false, Band{.n_hi = p.causal ? t0 : kOff});
           for (int64_t i = 0; i < rows; ++i) {
+            next.prefetch_row(t0 + i, T_);
             F* row = Sb + i * s_eff;
             const int64_t len = keys_for(p, t0 + i);
             if (len == 0) {
               lse_row[t0 + i] = -std::numeric_limits<F>::infinity();
               continue;
             }
-            nnvec::affine(row, scale, F(0), row, len);
-            const F m = nnvec::max(row, len);
-            const F z = nnvec::exp_sum(row, m, row, len);
-            nnvec::affine(row, F(1) / z, F(0), row, len);
-            std::fill(row + len, row + s_eff, F(0));
+            const int64_t n = padded_row(len, s_eff);
+            nnvec::affine(row, scale, F(0), row, n);
+            std::fill(row + len, row + n, -std::numeric_limits<F>::infinity());
+            const F m = nnvec::max(row, n);
+            const F z = nnvec::exp_sum(row, m, row, n);
+            nnvec::affine(row, F(1) / z, F(0), row, n);
+            std::fill(row + n, row + s_eff, F(0));
             lse_row[t0 + i] = m + std::log(z);
           }
           const OutRows<F> o = out_rows(op + t0 * os, os, Dv, Ob);
@@ -187,8 +234,13 @@ struct AttentionBwd {
         const Rows<F> kr = rows_of(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks);
         attn::transpose(kr.p, kr.ld, S, D, Kt);
         transposed_rows(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs, Vt);
-        std::fill(dK, dK + S * D, F(0));
-        std::fill(dV, dV + S * Dv, F(0));
+        T* gkp = head_ptr<T>(gk, p.k_strides, b, h);
+        T* gvp = head_ptr<T>(gv, p.v_strides, b, h);
+        const int64_t ks = p.k_strides[2], vs = p.v_strides[2];
+        // dk and dv sum over query blocks straight in the gradients (fp32), else in scratch.
+        const OutRows<F> dk = out_rows(gkp, ks, D, dK), dv = out_rows(gvp, vs, Dv, dV);
+        const HeadRows next = bh + 1 < end ? HeadRows::of<T>(q, k, v, gout, p, bh + 1) : HeadRows{};
+        int64_t keys_done = 0;  // key rows [0, keys_done) hold sums from earlier query blocks
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
           const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;
@@ -198,28 +250,41 @@ struct AttentionBwd {
           attn::gemm(rows, s_eff, D, qr.p, qr.ld, 1, Kt, S, Pb, s_eff, false, cols);     // scores
           attn::gemm(rows, s_eff, Dv, gor.p, gor.ld, 1, Vt, S, dSb, s_eff, false, cols);  // dP
           for (int64_t i = 0; i < rows; ++i) {
+            next.prefetch_row(t0 + i, T_);
             F* pr = Pb + i * s_eff;
             F* dr = dSb + i * s_eff;
             const int64_t len = keys_for(p, t0 + i);
-            nnvec::affine(pr, scale, -lse_row[t0 + i], pr, len);
-            nnvec::exp_sum(pr, F(0), pr, len);
-            const F delta = nnvec::dot(pr, dr, len);
-            nnvec::softmax_bwd(pr, dr, delta, scale, dr, len);
-            std::fill(pr + len, pr + s_eff, F(0));
-            std::fill(dr + len, dr + s_eff, F(0));
+            const int64_t n = padded_row(len, s_eff);
+            nnvec::affine(pr, scale, -lse_row[t0 + i], pr, n);
+            std::fill(pr + len, pr + n, -std::numeric_limits<F>::infinity());
+            std::fill(dr + len, dr + n, F(0));
+            nnvec::exp_sum(pr, F(0), pr, n);
+            const F delta = nnvec::dot(pr, dr, n);
+            nnvec::softmax_bwd(pr, dr, delta, scale, dr, n);
+            std::fill(pr + n, pr + s_eff, F(0));
+            std::fill(dr + n, dr + s_eff, F(0));
           }
           const OutRows<F> dq = out_rows(gqp + t0 * qs, qs, D, dQb);
           attn::gemm(rows, D, s_eff, dSb, s_eff, 1, kr.p, kr.ld, dq.p, dq.ld, false, Band{.k_hi = p.causal ? t0 : kOff});
           finish_rows(dq, rows, D, gqp + t0 * qs, qs);
-          // Key row j collects query rows i with t0 + i >= j.
-          const Band keys{.k_lo = p.causal ? -t0 : kOff};
-          attn::gemm(s_eff, D, rows, dSb, 1, s_eff, qr.p, qr.ld, dK, D, true, keys);
-          attn::gemm(s_eff, Dv, rows, Pb, 1, s_eff, gor.p, gor.ld, dV, Dv, true, keys);
+          // Key row j collects query rows i with t0 + i >= j: added to the rows earlier blocks
+          // wrote, written afresh for the rest (the same sums as adding to zeros).
+          const int64_t seen = std::min(keys_done, s_eff);
+          for (const auto& [j0, j1, add] : {std::tuple{int64_t{0}, seen, true}, std::tuple{seen, s_eff, false}}) {
+            if (j1 <= j0) continue;
+            const Band keys{.k_lo = p.causal ? j0 - t0 : kOff};
+            attn::gemm(j1 - j0, D, rows, dSb + j0, 1, s_eff, qr.p, qr.ld, dk.p + j0 * dk.ld, dk.ld, add, keys);
+            attn::gemm(j1 - j0, Dv, rows, Pb + j0, 1, s_eff, gor.p, gor.ld, dv.p + j0 * dv.ld, dv.ld, add, keys);
+          }
+          keys_done = std::max(keys_done, s_eff);
         }
-        T* gkp = head_ptr<T>(gk, p.k_strides, b, h);
-        T* gvp = head_ptr<T>(gv, p.v_strides, b, h);
-        nnvec::store_rows(dK, S, D, gkp, p.k_strides[2]);
-        nnvec::store_rows(dV, S, Dv, gvp, p.v_strides[2]);
+        // Keys no query sees (causal with S > T, or T == 0) get zero gradients.
+        for (int64_t j = keys_done; j < S; ++j) {
+          std::fill(dk.p + j * dk.ld, dk.p + j * dk.ld + D, F(0));
+          std::fill(dv.p + j * dv.ld, dv.p + j * dv.ld + Dv, F(0));
+        }
+        finish_rows(dk, S, D, gkp, ks);
+        finish_rows(dv, S, Dv, gvp, vs);
       }
     });
   }
