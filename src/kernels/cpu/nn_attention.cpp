@@ -7,7 +7,8 @@
 //   forward:  S = q k^T;  P = softmax(scale * S) per row (causal: keys s <= t only; the rest 0);
 //             out = P v, rounded once; lse = max + log(sum) saved per query.
 //   backward: P = exp(scale * S - lse) recomputed;  dP = dout v^T;  dS = scale * P * (dP - rowsum(P dP));
-//             dq = dS k;  dk += dS^T q;  dv += P^T dout (fp32 across query blocks, rounded once).
+//             dq = dS k;  dk += dS^T q;  dv += P^T dout (fp32 across query blocks, in the
+//             gradients themselves for fp32, in scratch rounded once for 16-bit).
 // Scores and probabilities never leave per-thread scratch ([kQueryBlock, S] floats) and are never
 // rounded to 16 bits, so 16-bit inputs get one rounding, on the output. Causal blocks skip the
 // tiles above the diagonal. One thread owns a (batch, head) from start to end and sums in a fixed
@@ -126,41 +127,6 @@ void finish_rows(const OutRows<F>& o, int64_t rows, int64_t n, T* dst, int64_t s
   if constexpr (!std::is_same_v<T, F>) nnvec::store_rows(o.p, rows, n, dst, st);
 }
 
-// The rows of the (batch, head) a thread takes next: q, k, v and (for the backward) dout. While
-// one head is computed, the next one's rows are asked into the cache a few at a time, spread over
-// the current head's T query rows, so that its transposes and first products find them there
-// instead of waiting on memory row by row (the prefetch in rows_of comes too late to hide that).
-struct HeadRows {
-  struct Operand {
-    const char* base = nullptr;
-    int64_t stride = 0, rows = 0, bytes = 0;  // row stride and row length in bytes
-  };
-  std::array<Operand, 4> ops{};
-
-  template <typename T>
-  static Operand operand(const Tensor& t, const int64_t* st, int64_t b, int64_t h, int64_t rows, int64_t n) {
-    if (!t.defined()) return {};
-    const auto size = static_cast<int64_t>(sizeof(T));
-    return {reinterpret_cast<const char*>(head_ptr<T>(t, st, b, h)), st[2] * size, rows, n * size};
-  }
-  // gout may be undefined (the forward).
-  template <typename T>
-  static HeadRows of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, const AttentionParams& p,
-                     int64_t bh) {
-    const int64_t b = bh / p.heads, h = bh % p.heads;
-    return {{operand<T>(q, p.q_strides, b, h, p.T, p.D), operand<T>(k, p.k_strides, b, h, p.S, p.D),
-             operand<T>(v, p.v_strides, b, h, p.S, p.Dv), operand<T>(gout, p.o_strides, b, h, p.T, p.Dv)}};
-  }
-
-  // Prefetches the share of every operand's rows that goes with query row t of T.
-  void prefetch_row(int64_t t, int64_t T) const {
-    for (const Operand& o : ops) {
-      for (int64_t r = o.rows * t / T, r1 = o.rows * (t + 1) / T; r < r1; ++r)
-        detail::prefetch_bytes(o.base + r * o.stride, o.bytes);
-    }
-  }
-};
-
 template <typename T>
 struct AttentionFwd {
   static void run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
@@ -180,14 +146,12 @@ struct AttentionFwd {
         F* lse_row = lse_all + bh * T_;
         transposed_rows(head_ptr<T>(k, p.k_strides, b, h), p.k_strides[2], S, D, Ks, Kt);
         const Rows<F> vr = rows_of(head_ptr<T>(v, p.v_strides, b, h), p.v_strides[2], S, Dv, Vs);
-        const HeadRows next = bh + 1 < end ? HeadRows::of<T>(q, k, v, Tensor(), p, bh + 1) : HeadRows{};
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
           const int64_t s_eff = p.causal ? std::min(S, t0 + rows) : S;  // keys any row of the block sees
           const Rows<F> qr = rows_of(qp + t0 * qs, qs, rows, D, Qb);
           attn::gemm(rows, s_eff, D, qr.p, qr.ld, 1, Kt, S, Sb, s_eff, false, Band{.n_hi = p.causal ? t0 : kOff});
           for (int64_t i = 0; i < rows; ++i) {
-            next.prefetch_row(t0 + i, T_);
             F* row = Sb + i * s_eff;
             const int64_t len = keys_for(p, t0 + i);
             if (len == 0) {
@@ -239,7 +203,6 @@ struct AttentionBwd {
         const int64_t ks = p.k_strides[2], vs = p.v_strides[2];
         // dk and dv sum over query blocks straight in the gradients (fp32), else in scratch.
         const OutRows<F> dk = out_rows(gkp, ks, D, dK), dv = out_rows(gvp, vs, Dv, dV);
-        const HeadRows next = bh + 1 < end ? HeadRows::of<T>(q, k, v, gout, p, bh + 1) : HeadRows{};
         int64_t keys_done = 0;  // key rows [0, keys_done) hold sums from earlier query blocks
         for (int64_t t0 = 0; t0 < T_; t0 += Bq) {
           const int64_t rows = std::min(Bq, T_ - t0);
@@ -250,7 +213,6 @@ struct AttentionBwd {
           attn::gemm(rows, s_eff, D, qr.p, qr.ld, 1, Kt, S, Pb, s_eff, false, cols);     // scores
           attn::gemm(rows, s_eff, Dv, gor.p, gor.ld, 1, Vt, S, dSb, s_eff, false, cols);  // dP
           for (int64_t i = 0; i < rows; ++i) {
-            next.prefetch_row(t0 + i, T_);
             F* pr = Pb + i * s_eff;
             F* dr = dSb + i * s_eff;
             const int64_t len = keys_for(p, t0 + i);
