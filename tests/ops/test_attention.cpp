@@ -283,12 +283,13 @@ TEST(QkvAttention, Errors) {
 
 TEST(AttentionGemm, BandedProductsMatchTheLoop) {
   // C = A B with A read transposed (rsa 1, csa M), over sizes that leave tails in every tile dim.
-  // n_hi: entries right of the band need not be written. k_hi / k_lo: A is zero outside the band
-  // (as the caller promises), so skipping those terms must give the full product.
+  // n_hi: entries right of the band need not be written (n_hi 40 cuts tiles part-way along a row,
+  // where the vector kernels drop the vectors no row of the tile needs). k_hi / k_lo: A is zero
+  // outside the band (as the caller promises), so skipping those terms must give the full product.
   const int64_t M = 13, N = 70, K = 20;
   const std::vector<float> a_full = randn32({K, M}, 60).to_vector<float>(), b = randn32({K, N}, 61).to_vector<float>();
   using kernels::attn::Band, kernels::attn::kOff;
-  for (const Band band : {Band{}, Band{.n_hi = 3}, Band{.k_hi = 3}, Band{.k_lo = -2}}) {
+  for (const Band band : {Band{}, Band{.n_hi = 3}, Band{.n_hi = 40}, Band{.k_hi = 3}, Band{.k_lo = -2}}) {
     std::vector<float> a = a_full;
     for (int64_t i = 0; i < M; ++i)
       for (int64_t k = 0; k < K; ++k)
