@@ -10,6 +10,8 @@
 //   fp64  reference loop
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 #include <string>
 
@@ -39,9 +41,17 @@ inline void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bi
 
 // out[j] = sum_i x[i, j] for a 2-D x of any strides; out is 1-D and contiguous, of x's dtype or --
 // for an fp32 x -- bf16 or fp16 (the fp32 sum rounded once). The bias gradient of linear.
-// Accumulation fp32 (fp64 for fp64), each column summed in row order: results do not depend on
-// the thread count, and an fp32 x of exactly widened 16-bit values gives the same bits as the
-// 16-bit x itself.
+// Accumulation fp32 (fp64 for fp64) in the blocked row order: the rows are cut into blocks of
+// sum_rows_block(rows) rows, each block is summed over its rows in order starting from zero, and
+// the block sums are added in block order starting from zero. The blocks depend on the row count
+// alone, so results do not depend on the thread count, and an fp32 x of exactly widened 16-bit
+// values gives the same bits as the 16-bit x itself. Up to 64 rows this is the plain row order.
+// (Blocks rather than one running sum per column let each thread read the rows it wrote in the
+// kernel that produced x; see docs/notes/design-choices.md.)
+inline constexpr int64_t kSumRowsMaxBlocks = 32;
+inline int64_t sum_rows_block(int64_t rows) {
+  return std::max<int64_t>(64, (rows + kSumRowsMaxBlocks - 1) / kSumRowsMaxBlocks);
+}
 using SumRowsFn = void(const Tensor& x, const Tensor& out);
 extern DispatchTable<SumRowsFn> sum_rows_table;  // keyed by x's dtype
 inline void sum_rows(const Tensor& x, const Tensor& out) { sum_rows_table(x.device(), x.dtype())(x, out); }

@@ -1,10 +1,10 @@
 // The two sums the linalg backward needs, kept local so that linalg does not depend on the reduce
 // family: sum_rows (the bias gradient of linear) and sum_to_size (the gradient of a broadcast
-// batch dim of matmul). sum_rows over rows of unit column stride is a vectorised column-block
-// pass; the other layouts use plain loops.
+// batch dim of matmul). sum_rows sums in the blocked row order of linalg.h, with vectorised rows
+// where the column stride is 1 and plain loops otherwise.
 //
-// Accumulation dtype: fp32 for fp32, fp16 and bf16 (opmath_t); fp64 for fp64. Each output element
-// is summed by one thread in index order, so results do not depend on the thread count.
+// Accumulation dtype: fp32 for fp32, fp16 and bf16 (opmath_t); fp64 for fp64. Neither sum's order
+// depends on the thread count.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -20,16 +20,6 @@ namespace mixtrain::kernels {
 
 namespace {
 
-// Columns one pass over the rows accumulates at once: 256 fp32 accumulators (1 KiB) and a widened
-// block of row segments stay in L1 while the rows stream through.
-constexpr int64_t kColumnBlock = 256;
-// 16-bit rows are widened kRowBlock at a time (one converter dispatch per block, not per row):
-// 16 x 256 floats, 16 KiB.
-constexpr int64_t kRowBlock = 16;
-// Threads split the columns in multiples of a 64-byte line of fp32 accumulators, so that a
-// gradient of 256 columns (a 256-wide layer) still keeps two threads busy.
-constexpr int64_t kColumnAlign = 16;
-
 void round_into(const float* acc, const Tensor& out, int64_t c0, int64_t n) {
   switch (out.dtype()) {
     case kFloat32: std::memcpy(host_ptr<float>(out) + c0, acc, static_cast<size_t>(n) * sizeof(float)); return;
@@ -39,39 +29,87 @@ void round_into(const float* acc, const Tensor& out, int64_t c0, int64_t n) {
   }
 }
 
-// Rows with unit column stride (the gradient of a linear layer): each thread owns a range of
-// columns and streams every row's segment of it into fp32 accumulators, a vectorised add per row
-// (16-bit rows widened a block of rows at a time). Every column is summed over the rows in order,
-// so neither the column split nor the row blocks change a bit.
-template <typename T>
-void sum_rows_unit_stride(const Tensor& x, const Tensor& out) {
-  const int64_t rows = x.size(0), cols = x.size(1), sr = x.stride(0);
-  const T* px = static_cast<const T*>(host_data(x));
-  const int64_t aligned_cols = (cols + kColumnAlign - 1) / kColumnAlign;  // units of kColumnAlign
-  const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(rows * kColumnAlign, 1));
-  parallel_for(aligned_cols, grain, [&](int64_t u0, int64_t u1) {
-    const int64_t c0 = u0 * kColumnAlign, c1 = std::min(cols, u1 * kColumnAlign);
-    alignas(64) float acc[kColumnBlock];
-    alignas(64) float buf[kRowBlock * kColumnBlock];
-    for (int64_t b = c0; b < c1; b += kColumnBlock) {
-      const int64_t n = std::min(kColumnBlock, c1 - b);
-      std::fill(acc, acc + n, 0.0f);
-      for (int64_t i0 = 0; i0 < rows; i0 += kRowBlock) {
-        const int64_t block = std::min(kRowBlock, rows - i0);
-        const float* v;  // the block's first row; the next ones `step` floats apart
-        int64_t step;
-        if constexpr (std::is_same_v<T, float>) {
-          v = px + i0 * sr + b;
-          step = sr;
-        } else {
-          nnvec::load_rows(px + i0 * sr + b, sr, block, n, buf);
-          v = buf;
-          step = n;
-        }
-        for (int64_t i = 0; i < block; ++i, v += step)
-          for (int64_t j = 0; j < n; ++j) acc[j] += v[j];
+// Columns the final pass adds up at once (1 KiB of fp32 accumulators), and the width of the
+// widened 16-bit row segments.
+constexpr int64_t kColumnBlock = 256;
+
+// 16-bit rows are widened this many at a time (one converter call per group, not per row), in
+// segments of kColumnBlock columns: 16 KiB of fp32.
+constexpr int64_t kWidenRows = 16;
+
+// acc[0, n) += rows [i0, i1) of x (of x's dtype, rows sr apart, columns sc apart), in the
+// accumulation type and in row order. 16-bit rows of unit column stride are widened into `buf`
+// (kWidenRows x kColumnBlock floats) first.
+template <typename T, typename Acc>
+void add_rows(const T* px, int64_t sr, int64_t sc, int64_t i0, int64_t i1, int64_t n, Acc* acc, float* buf) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    if (sc == 1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const T* row = px + i * sr;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) acc[j] += row[j];
       }
-      round_into(acc, out, b, n);
+      return;
+    }
+  } else if constexpr (std::is_same_v<Acc, float>) {
+    if (sc == 1) {  // kColumnBlock columns at a time, so that the widened rows stay in L1
+      for (int64_t c = 0; c < n; c += kColumnBlock) {
+        const int64_t w = std::min(kColumnBlock, n - c);
+        for (int64_t g = i0; g < i1; g += kWidenRows) {
+          const int64_t rows = std::min(kWidenRows, i1 - g);
+          nnvec::load_rows(px + g * sr + c, sr, rows, w, buf);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* v = buf + r * w;
+#pragma omp simd
+            for (int64_t j = 0; j < w; ++j) acc[c + j] += v[j];
+          }
+        }
+      }
+      return;
+    }
+  }
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = 0; j < n; ++j) acc[j] += load(px[i * sr + j * sc]);
+}
+
+// The blocked row order (see linalg.h): one partial sum per block of rows, each summed over its
+// rows in order from zero; threads take contiguous runs of blocks, so a thread reads the rows that
+// the same thread of a row-split producer (every elementwise kernel) wrote. The partials are then
+// added in block order from zero, the columns split between the threads.
+template <typename T>
+void sum_rows_blocked(const Tensor& x, const Tensor& out) {
+  using Acc = opmath_t<T>;
+  const int64_t rows = x.size(0), cols = x.size(1), sr = x.stride(0), sc = x.stride(1);
+  const int64_t block = sum_rows_block(rows), nblocks = std::max<int64_t>(1, (rows + block - 1) / block);
+  const T* px = static_cast<const T*>(host_data(x));
+  Tensor partial_t = Tensor::empty({nblocks, cols}, dtype_v<Acc>, x.device());
+  Acc* partial = host_ptr<Acc>(partial_t);
+  const int64_t block_grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(block * cols, 1));
+  parallel_for(nblocks, block_grain, [&](int64_t b0, int64_t b1) {
+    float* buf = std::is_same_v<T, Acc> ? nullptr : nnvec::scratch<float>(0, kWidenRows * kColumnBlock);
+    for (int64_t b = b0; b < b1; ++b) {
+      Acc* acc = partial + b * cols;
+      std::fill(acc, acc + cols, Acc(0));
+      add_rows(px, sr, sc, b * block, std::min(rows, (b + 1) * block), cols, acc, buf);
+    }
+  });
+  const int64_t column_grain = std::max<int64_t>(16, kGrainSize / std::max<int64_t>(nblocks, 1));
+  parallel_for(cols, column_grain, [&](int64_t c0, int64_t c1) {
+    alignas(64) Acc acc[kColumnBlock];
+    for (int64_t c = c0; c < c1; c += kColumnBlock) {
+      const int64_t n = std::min(kColumnBlock, c1 - c);
+      std::fill(acc, acc + n, Acc(0));
+      for (int64_t b = 0; b < nblocks; ++b) {
+        const Acc* p = partial + b * cols + c;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) acc[j] += p[j];
+      }
+      if constexpr (std::is_same_v<Acc, float>) {
+        round_into(acc, out, c, n);
+      } else {
+        T* po = host_ptr<T>(out);
+        for (int64_t j = 0; j < n; ++j) po[c + j] = store<T>(acc[j]);
+      }
     }
   });
 }
@@ -82,34 +120,8 @@ void sum_rows_cpu(const Tensor& x, const Tensor& out) {
   MT_INTERNAL_ASSERT(
       x.dim() == 2 && out.dim() == 1 && out.size(0) == x.size(1) && out.is_contiguous() &&
       (out.dtype() == x.dtype() || (x.dtype() == kFloat32 && (out.dtype() == kFloat16 || out.dtype() == kBFloat16))));
-  const int64_t rows = x.size(0), cols = x.size(1), sr = x.stride(0), sc = x.stride(1);
-  if (sc == 1 || cols == 1) {
-    switch (x.dtype()) {
-      case kFloat32: sum_rows_unit_stride<float>(x, out); return;
-      case kFloat16: sum_rows_unit_stride<float16>(x, out); return;
-      case kBFloat16: sum_rows_unit_stride<bfloat16>(x, out); return;
-      default: break;
-    }
-  }
-  dispatch_floating(x.dtype(), "sum_rows", [&]<typename T>() {
-    using Acc = opmath_t<T>;
-    const T* px = static_cast<const T*>(host_data(x));
-    // Threads split the columns; each walks all rows over its column range.
-    const int64_t grain = std::max<int64_t>(16, kGrainSize / std::max<int64_t>(rows, 1));
-    parallel_for(cols, grain, [&](int64_t c0, int64_t c1) {
-      std::vector<Acc> acc(c1 - c0, Acc(0));
-      for (int64_t i = 0; i < rows; ++i) {
-        const T* row = px + i * sr;
-        for (int64_t j = c0; j < c1; ++j) acc[j - c0] += load(row[j * sc]);
-      }
-      if constexpr (std::is_same_v<T, float>) {
-        round_into(acc.data(), out, c0, c1 - c0);
-      } else {
-        T* po = host_ptr<T>(out);
-        for (int64_t j = c0; j < c1; ++j) po[j] = store<T>(acc[j - c0]);
-      }
-    });
-  });
+  if (x.size(1) == 0) return;
+  dispatch_floating(x.dtype(), "sum_rows", [&]<typename T>() { sum_rows_blocked<T>(x, out); });
 }
 
 void sum_to_size_cpu(const Tensor& x, const Tensor& out) {
