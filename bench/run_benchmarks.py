@@ -239,6 +239,11 @@ def run_workloads(args, peak):
             row["pytorch_rss"] = statistics.median(r["pytorch_rss"])
             row["pytorch_runs_ms"] = [x["step_ms_median"] for x in r["pytorch"]]
             row["speedup_vs_pytorch"] = row["pytorch_ms"] / mt_ms
+            # Each repetition runs mixtrain and PyTorch back to back, so their ratio shares the
+            # machine's speed of that moment; on a VM whose speed moves between runs the spread of
+            # these ratios says more than the ratio of the two medians alone.
+            row["speedup_vs_pytorch_reps"] = [pt["step_ms_median"] / mt["step_ms_median"]
+                                              for mt, pt in zip(r["mixtrain"], r["pytorch"])]
             flops = r["mixtrain"][0]["gflops"] * r["mixtrain"][0]["step_ms_median"]  # GFLOP per step x 1e3
             row["pytorch_gflops"] = flops / row["pytorch_ms"]
             row["pytorch_pct_gemm_peak"] = 100.0 * row["pytorch_gflops"] / gemm if gemm else None
@@ -253,12 +258,20 @@ def run_workloads(args, peak):
         ref = fp32.get((r["model"], r["batch"]))
         if ref:
             r["speed_vs_fp32"] = ref["mixtrain_ms"] / r["mixtrain_ms"]
+            r["step_vs_fp32_reps"] = [mine / ours for mine, ours in zip(r["mixtrain_runs_ms"], ref["mixtrain_runs_ms"])]
             r["memory_vs_fp32"] = r["peak_bytes"] / ref["peak_bytes"]
     return rows
 
 
 def mib(x):
     return f"{x / 2**20:.1f}"
+
+
+def spread(ratios):
+    """' (lo-hi)': the range of the per-repetition ratios, when there are several."""
+    if not ratios or len(ratios) < 2:
+        return ""
+    return f" ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def workload_table(rows):
@@ -272,15 +285,17 @@ def workload_table(rows):
 
     for r in rows:
         pt = f"{r['pytorch_ms']:.1f} ms ({r['pytorch_threads']})" if "pytorch_ms" in r else "n/a"
-        sp = f"{r['speedup_vs_pytorch']:.2f}x" if "speedup_vs_pytorch" in r else "n/a"
+        sp = (f"{r['speedup_vs_pytorch']:.2f}x{spread(r.get('speedup_vs_pytorch_reps'))}"
+              if "speedup_vs_pytorch" in r else "n/a")
         cm = f"{r['compiled_ms']:.1f} ms" if "compiled_ms" in r else "n/a"
         sc = f"{r['speedup_vs_compiled']:.2f}x" if "speedup_vs_compiled" in r else "n/a"
         gf = f"{r['gflops']:.0f}" + (f" / {r['pytorch_gflops']:.0f}" if "pytorch_gflops" in r else "")
         pc = pct(r.get("pct_gemm_peak")) + (f" / {pct(r.get('pytorch_pct_gemm_peak'))}" if "pytorch_gflops" in r else "")
         rss = mib(r["mixtrain_rss"]) + (" / " + mib(r["pytorch_rss"]) if "pytorch_rss" in r else "")
         step_ratio = 1.0 / r.get("speed_vs_fp32", 1.0)
+        vs32 = spread(r.get("step_vs_fp32_reps")) if r["precision"] != "fp32" else ""
         lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {r['mixtrain_ms']:.2f} ms | "
-                     f"{step_ratio:.2f}x | {pt} | {sp} | {cm} | {sc} | {gf} | {pc} | "
+                     f"{step_ratio:.2f}x{vs32} | {pt} | {sp} | {cm} | {sc} | {gf} | {pc} | "
                      f"{mib(r['peak_bytes'])} | {r.get('memory_vs_fp32', 1.0):.2f}x | {rss} |")
     return "\n".join(lines)
 
@@ -426,7 +441,8 @@ def main():
         steps = (str(args.steps) if args.steps is not None
                  else ", ".join(f"{n} ({m})" for m, n in WORKLOAD_STEPS.items()))
         md.append(f"Workloads ({args.reps} alternating repetitions, {steps} timed steps after {args.warmup} "
-                  "warm-up each; medians):\n\n" + workload_table(rows))
+                  "warm-up each; medians; in parentheses the range of the ratios of the runs made back to back "
+                  "in one repetition):\n\n" + workload_table(rows))
         extra = [r for r in rows if "allocations_per_step" in r or "state_bytes_per_param" in r]
         if extra:
             lines = ["| model | precision | allocator calls per step | system allocations per step |",
