@@ -107,6 +107,14 @@ void transposed_rows(const T* src, int64_t st, int64_t rows, int64_t n, F* scrat
   attn::transpose(r.p, r.ld, rows, n, out);
 }
 
+// 1 where rows of T go through F scratch (16-bit rows are widened there, products on 16-bit outputs
+// write there), 0 where they are read and written in place (fp32, fp64): the scratch blocks that
+// only the 16-bit path uses get no room then.
+template <typename T, typename F>
+constexpr int64_t widened_rows() {
+  return std::is_same_v<T, F> ? 0 : 1;
+}
+
 // Where a product writes `rows` output rows of n values: straight into dst (row stride st) for
 // fp32, else into `scratch`, rounded into dst afterwards by finish_rows.
 template <typename F>
@@ -137,7 +145,9 @@ struct AttentionFwd {
     F* lse_all = host_ptr<F>(lse);
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
-      const auto [Kt, Ks, Vs, Qb, Sb, Ob] = scratch_blocks<F, 6>({D * S, S * D, S * Dv, Bq * D, Bq * S, Bq * Dv});
+      const int64_t w = widened_rows<T, F>();  // Ks, Vs, Qb, Ob: 16-bit inputs only
+      const auto [Kt, Ks, Vs, Qb, Sb, Ob] =
+          scratch_blocks<F, 6>({D * S, w * S * D, w * S * Dv, w * Bq * D, Bq * S, w * Bq * Dv});
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
         const T* qp = head_ptr<T>(q, p.q_strides, b, h);
@@ -186,8 +196,10 @@ struct AttentionBwd {
     const F* lse_all = host_ptr<F>(lse);
     const F scale = static_cast<F>(p.scale);
     parallel_for(p.batch * p.heads, head_grain(p), [&](int64_t begin, int64_t end) {
+      const int64_t w = widened_rows<T, F>();  // Ks, Vs, dK, dV, Qb, dQb, dOb: 16-bit inputs only
       const auto [Ks, Kt, Vs, Vt, dK, dV, Qb, dQb, dOb, Pb, dSb] = scratch_blocks<F, 11>(
-          {S * D, S * D, S * Dv, S * Dv, S * D, S * Dv, Bq * D, Bq * D, Bq * Dv, Bq * S, Bq * S});
+          {w * S * D, S * D, w * S * Dv, S * Dv, w * S * D, w * S * Dv, w * Bq * D, w * Bq * D, w * Bq * Dv, Bq * S,
+           Bq * S});
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
         const T* qp = head_ptr<T>(q, p.q_strides, b, h);
