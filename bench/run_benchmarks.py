@@ -441,8 +441,8 @@ def main():
         steps = (str(args.steps) if args.steps is not None
                  else ", ".join(f"{n} ({m})" for m, n in WORKLOAD_STEPS.items()))
         md.append(f"Workloads ({args.reps} alternating repetitions, {steps} timed steps after {args.warmup} "
-                  "warm-up each; medians; in parentheses the range of the ratios of the runs made back to back "
-                  "in one repetition):\n\n" + workload_table(rows))
+                  "warm-up each; medians; in parentheses the range of the ratios of runs made in the same "
+                  "repetition, a few seconds apart):\n\n" + workload_table(rows))
         extra = [r for r in rows if "allocations_per_step" in r or "state_bytes_per_param" in r]
         if extra:
             lines = ["| model | precision | allocator calls per step | system allocations per step |",
