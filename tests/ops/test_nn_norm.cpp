@@ -31,6 +31,32 @@ TEST(LayerNorm, MatchesFp64Reference) {
   EXPECT_CLOSE(F::layer_norm(x, {cols}, w, b), from_vector(ref, {rows, cols}), testing::kFp32VsReference);
 }
 
+TEST(LayerNorm, Fp32GradientsMatchFp64) {
+  // The fp32 backward is the vectorised row kernel (gradcheck runs in fp64, the portable loop):
+  // 70 rows make 9 row blocks of parameter partials, 300 columns leave a tail at every vector width.
+  const int64_t rows = 70, cols = 300;
+  const Tensor x = randn32({rows, cols}, 21, 3.0), gy = randn32({rows, cols}, 22);
+  const Tensor w = randn32({cols}, 23), b = randn32({cols}, 24);
+  // Every combination of what needs a gradient: input, weight, bias.
+  for (int mask = 1; mask < 8; ++mask) {
+    const bool want_x = mask & 1, want_w = mask & 2, want_b = mask & 4;
+    auto grads = [&](DType dt) {
+      Tensor xi = x.detach().to(dt).requires_grad_(want_x);
+      Tensor wi = w.detach().to(dt).requires_grad_(want_w), bi = b.detach().to(dt).requires_grad_(want_b);
+      F::layer_norm(xi, {cols}, wi, bi).backward(gy.to(dt));
+      return std::vector<Tensor>{want_x ? xi.grad() : Tensor(), want_w ? wi.grad() : Tensor(),
+                                 want_b ? bi.grad() : Tensor()};
+    };
+    const auto g32 = grads(kFloat32), g64 = grads(kFloat64);
+    for (size_t i = 0; i < g32.size(); ++i) {
+      ASSERT_EQ(g32[i].defined(), g64[i].defined());
+      if (!g32[i].defined()) continue;
+      SCOPED_TRACE("mask " + std::to_string(mask) + ", gradient " + std::to_string(i));
+      EXPECT_CLOSE(g32[i].to(kFloat64), g64[i], testing::kFp32VsReference);
+    }
+  }
+}
+
 TEST(LayerNorm, NormalisesOverTrailingDims) {
   const Tensor x = randn32({2, 3, 4, 5}, 4, 2.0);
   const std::vector<float> y = F::layer_norm(x, {4, 5}).to_vector<float>();

@@ -95,11 +95,16 @@ struct LayerNormBwd {
     // Block size from the row count alone: never from the thread count.
     const int64_t block_rows = std::max(kMinBlockRows, (rows + kMaxBlocks - 1) / kMaxBlocks);
     const int64_t blocks = (rows + block_rows - 1) / block_rows;
-    std::vector<F> pw, pb;
-    if (want_params) {
-      pw.assign(static_cast<size_t>(blocks * cols), F(0));
-      pb.assign(static_cast<size_t>(blocks * cols), F(0));
-    }
+    // dw and db partials in one buffer, db's starting 256 bytes past a 4 KiB multiple from dw's:
+    // with the two a whole number of pages apart, dw[i] and db[i] share their low 12 address bits,
+    // and the CPU holds a db load behind a dw store still in flight to the same page offset
+    // (4K aliasing). Measured on the layer_norm kernel benchmark: 3-10% slower forward + backward.
+    constexpr int64_t kPage = 4096, kOffset = 256, kSize = static_cast<int64_t>(sizeof(F));
+    const int64_t pad = ((kOffset - blocks * cols * kSize) % kPage + kPage) % kPage / kSize;
+    std::vector<F> partials;
+    if (want_params) partials.assign(static_cast<size_t>(2 * blocks * cols + pad), F(0));
+    F* const pw = partials.data();
+    F* const pb = want_params ? pw + blocks * cols + pad : nullptr;
     const T* gyp = host_ptr<T>(gy);
     const T* xp = host_ptr<T>(x);
     const F* mp = host_ptr<F>(mean);
@@ -110,8 +115,8 @@ struct LayerNormBwd {
       F* gbuf = nnvec::scratch<F>(1, cols);
       F* obuf = nnvec::scratch<F>(2, cols);
       for (int64_t blk = begin; blk < end; ++blk) {
-        F* dw = want_params ? pw.data() + blk * cols : nullptr;
-        F* db = want_params ? pb.data() + blk * cols : nullptr;
+        F* dw = want_params ? pw + blk * cols : nullptr;
+        F* db = want_params ? pb + blk * cols : nullptr;
         for (int64_t r = blk * block_rows; r < std::min(rows, (blk + 1) * block_rows); ++r) {
           const F* xr = nnvec::load_row(xp + r * cols, xbuf, cols);
           const F* gr = nnvec::load_row(gyp + r * cols, gbuf, cols);
@@ -134,8 +139,8 @@ struct LayerNormBwd {
         pb[c] = sb;
       }
     });
-    store_param(pw.data(), gweight);
-    store_param(pb.data(), gbias);
+    store_param(pw, gweight);
+    store_param(pb, gbias);
   }
 };
 
