@@ -52,7 +52,8 @@ TEST(LayerNorm, Fp32GradientsMatchFp64) {
       ASSERT_EQ(g32[i].defined(), g64[i].defined());
       if (!g32[i].defined()) continue;
       SCOPED_TRACE("mask " + std::to_string(mask) + ", gradient " + std::to_string(i));
-      EXPECT_CLOSE(g32[i].to(kFloat64), g64[i], testing::kFp32VsReference);
+      // The input gradient is per row; the weight and bias gradients are sums over the 70 rows.
+      EXPECT_CLOSE(g32[i].to(kFloat64), g64[i], i == 0 ? testing::kFp32VsReference : testing::kFp32SumVsReference);
     }
   }
 }
