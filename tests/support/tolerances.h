@@ -24,7 +24,7 @@ inline constexpr Tolerance kFp32VsReference{1e-5, 1e-6};
 // follows the terms, not the sum, which can cancel to ~0, so the absolute part must cover it.
 // Roundings add like a random walk, ~sqrt(n) * 2^-24 * max|term|: for n <= 100 rows of terms up to
 // 16 (products of two unit-normal values) that is ~1e-5; atol 2e-5 (observed: 2e-6 on 70 rows in
-// the unvectorised -O1 sanitizer build, which contracts and orders differently from -O3).
+// the -O1 sanitizer build, whose unvectorised code rounds some steps differently from -O3).
 inline constexpr Tolerance kFp32SumVsReference{1e-5, 2e-5};
 
 // An fp64 kernel against the same closed form written out in fp64 (same C library functions): only
