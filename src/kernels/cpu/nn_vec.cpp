@@ -149,42 +149,37 @@ template <typename F>
   for (int64_t i = 0; i < n; ++i) out[i] = (x[i] - mean) * rstd * w[i] + b[i];
 }
 
-template <typename F>
-[[gnu::always_inline]] inline void layer_norm_bwd_impl(const F* x, const F* gy, const F* w, F mean, F rstd, F* gx,
-                                                       F* dw, F* db, int64_t n) {
-  // Two passes over the row, the parameter partials riding along: db on the first, dw on the
-  // second (which computes the normalised input anyway). Each partial gets the same expression
-  // as in a pass of its own, so the bits do not depend on where it is summed.
+// Two passes over the row, the parameter partials riding along when kParams: db on the first, dw
+// on the second (which computes the normalised input anyway). Each partial gets the same
+// expression as in a pass of its own, so the bits do not depend on where it is summed.
+template <bool kParams, typename F>
+[[gnu::always_inline]] inline void layer_norm_bwd_row(const F* x, const F* gy, const F* w, F mean, F rstd, F* gx,
+                                                      F* dw, F* db, int64_t n) {
   F sum_g = 0, sum_gx = 0;
-  if (db) {
 #pragma omp simd reduction(+ : sum_g, sum_gx)
-    for (int64_t i = 0; i < n; ++i) {
-      const F g = gy[i] * w[i];
-      sum_g += g;
-      sum_gx += g * ((x[i] - mean) * rstd);
-      db[i] += gy[i];
-    }
-  } else {
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-    for (int64_t i = 0; i < n; ++i) {
-      const F g = gy[i] * w[i];
-      sum_g += g;
-      sum_gx += g * ((x[i] - mean) * rstd);
-    }
+  for (int64_t i = 0; i < n; ++i) {
+    const F g = gy[i] * w[i];
+    sum_g += g;
+    sum_gx += g * ((x[i] - mean) * rstd);
+    if constexpr (kParams) db[i] += gy[i];
   }
   const F inv_n = F(1) / static_cast<F>(n);
   const F a = sum_g * inv_n, c = sum_gx * inv_n;
-  if (dw) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const F xh = (x[i] - mean) * rstd;
-      gx[i] = rstd * (gy[i] * w[i] - a - xh * c);
-      dw[i] += gy[i] * xh;
-    }
-  } else {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) gx[i] = rstd * (gy[i] * w[i] - a - ((x[i] - mean) * rstd) * c);
+  for (int64_t i = 0; i < n; ++i) {
+    const F xh = (x[i] - mean) * rstd;
+    gx[i] = rstd * (gy[i] * w[i] - a - xh * c);
+    if constexpr (kParams) dw[i] += gy[i] * xh;
   }
+}
+
+template <typename F>
+[[gnu::always_inline]] inline void layer_norm_bwd_impl(const F* x, const F* gy, const F* w, F mean, F rstd, F* gx,
+                                                       F* dw, F* db, int64_t n) {
+  if (dw != nullptr)
+    layer_norm_bwd_row<true>(x, gy, w, mean, rstd, gx, dw, db, n);
+  else
+    layer_norm_bwd_row<false>(x, gy, w, mean, rstd, gx, dw, db, n);
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ double sq_dev_sum(const double* x, double mean, int64_t n);
 void norm_affine(const float* x, float mean, float rstd, const float* w, const float* b, float* out, int64_t n);
 void norm_affine(const double* x, double mean, double rstd, const double* w, const double* b, double* out, int64_t n);
 // layer_norm backward of one row: gx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = gy * w,
-// xhat = (x - mean) * rstd; also dw += gy * xhat where dw is non-null and db += gy where db is.
+// xhat = (x - mean) * rstd; when dw and db are non-null (both or neither) also dw += gy * xhat and
+// db += gy.
 void layer_norm_bwd(const float* x, const float* gy, const float* w, float mean, float rstd, float* gx, float* dw,
                     float* db, int64_t n);
 void layer_norm_bwd(const double* x, const double* gy, const double* w, double mean, double rstd, double* gx,
