@@ -24,6 +24,11 @@ constexpr const char* kFp16Hint =
 
 }  // namespace
 
+float GradScaler::HostValue::get(const Tensor& t) {
+  if (!known || storage != t.raw_data() || version != t.version()) set(t, t.item<float>());
+  return value;
+}
+
 GradScaler::GradScaler(const GradScalerOptions& options)
     : enabled_(options.enabled),
       init_scale_(options.init_scale),
@@ -59,7 +64,7 @@ Tensor GradScaler::scale(const Tensor& outputs) {
   // A 0-dim fp32 factor does not promote a 16-bit tensor with dims: a double scalar operand keeps
   // the tensor's dtype and the product is still formed in fp32.
   if (is_reduced_float(outputs.dtype()) && outputs.dim() > 0)
-    return mul(outputs, static_cast<double>(scale_.item<float>()));
+    return mul(outputs, static_cast<double>(scale_host_.get(scale_)));
   return mul(outputs, scale_);
 }
 
@@ -78,7 +83,7 @@ void GradScaler::check_scale(const char* method) const {
 
 float GradScaler::inv_scale() const {
   // The reciprocal in fp64, rounded once to fp32 (an fp32 division would add a second rounding).
-  return static_cast<float>(1.0 / static_cast<double>(scale_.item<float>()));
+  return static_cast<float>(1.0 / static_cast<double>(scale_host_.get(scale_)));
 }
 
 void GradScaler::unscale_grads(optim::Optimizer& optimizer, OptimizerState& state, float inv, bool allow_fp16) {
@@ -99,7 +104,12 @@ void GradScaler::unscale_grads(optim::Optimizer& optimizer, OptimizerState& stat
   Tensor found_inf = scalar_tensor(0.0, {.dtype = kFloat32, .device = scale_.device()});
   Tensor inv_t = scalar_tensor(static_cast<double>(inv), {.dtype = kFloat32, .device = scale_.device()});
   const int64_t first = detail::non_finite_check_and_unscale_(grads, found_inf, inv_t);
+  // found_inf started at 0 and the check sets it exactly when a gradient was not finite, which the
+  // returned index already says: no read back, unless a reduction across processes changes it (a
+  // reduction need not bump the version, so its result is always read).
+  state.found_inf_host = {};
   if (options_.reduce_found_inf) options_.reduce_found_inf(found_inf);
+  else state.found_inf_host.set(found_inf, first >= 0 ? 1.0f : 0.0f);
   state.found_inf = found_inf;
   state.first_nonfinite = first >= 0 ? static_cast<int64_t>(index[first]) : -1;
 }
@@ -133,11 +143,11 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
       inv = inv_scale();
     }
     MT_CHECK(state.found_inf.defined(), "No inf checks were recorded for this optimizer.");
-    stepped = optimizer.step_scaled(inv, state.found_inf.item<float>() != 0.0f);
+    stepped = optimizer.step_scaled(inv, state.found_inf_host.get(state.found_inf) != 0.0f);
   } else {
     if (state.stage == Stage::kReady) unscale_(optimizer);
     MT_CHECK(state.found_inf.defined(), "No inf checks were recorded for this optimizer.");
-    stepped = state.found_inf.item<float>() == 0.0f;  // the one host sync per step, as in PyTorch
+    stepped = state.found_inf_host.get(state.found_inf) == 0.0f;  // PyTorch's one host sync per step
     if (stepped) optimizer.step();
   }
   state.stage = Stage::kStepped;
@@ -154,16 +164,16 @@ void GradScaler::update() {
   check_scale("update");
   bool recorded = false;
   float found = 0.0f;
-  for (const auto& [opt, state] : per_optimizer_) {
+  for (auto& [opt, state] : per_optimizer_) {
     if (!state.found_inf.defined()) continue;
     recorded = true;
-    found += state.found_inf.item<float>();
+    found += state.found_inf_host.get(state.found_inf);
   }
   MT_CHECK(recorded, "No inf checks were recorded prior to update.");
   Tensor found_inf = scalar_tensor(found, {.dtype = kFloat32, .device = scale_.device()});
   detail::update_scale_(scale_, growth_tracker_, found_inf, growth_factor_, backoff_factor_, growth_interval_);
   if (options_.min_scale || options_.max_scale) {
-    double s = scale_.item<float>();
+    double s = scale_host_.get(scale_);
     if (options_.min_scale) s = std::max(s, *options_.min_scale);
     if (options_.max_scale) s = std::min(s, *options_.max_scale);
     NoGradGuard no_grad;
@@ -176,8 +186,8 @@ void GradScaler::update(double new_scale) {
   if (!enabled_) return;
   check_scale("update");
   bool found = false;
-  for (const auto& [opt, state] : per_optimizer_)
-    found |= state.found_inf.defined() && state.found_inf.item<float>() != 0.0f;
+  for (auto& [opt, state] : per_optimizer_)
+    found |= state.found_inf.defined() && state.found_inf_host.get(state.found_inf) != 0.0f;
   NoGradGuard no_grad;
   scale_.fill_(new_scale);  // the growth tracker is left alone, as in PyTorch
   finish_update(found);
@@ -233,7 +243,7 @@ void GradScaler::check_collapse() {
 
 double GradScaler::get_scale() const {
   if (!enabled_) return 1.0;
-  return scale_.defined() ? static_cast<double>(scale_.item<float>()) : init_scale_;
+  return scale_.defined() ? static_cast<double>(scale_host_.get(scale_)) : init_scale_;
 }
 
 int64_t GradScaler::get_growth_tracker() const {

@@ -124,7 +124,7 @@ class CpuBackend final : public Backend {
 constinit CpuBackend cpu_backend;
 // Constant-initialised: the CPU is present before any static initialiser runs, and a backend
 // registered by another translation unit's initialiser cannot be wiped by this one's.
-constinit std::array<std::atomic<Backend*>, kNumDeviceTypes> backends{&cpu_backend, nullptr, nullptr};
+constinit std::array<std::atomic<Backend*>, kNumDeviceTypes> backends{&cpu_backend, nullptr, nullptr, nullptr};
 
 }  // namespace
 
@@ -178,12 +178,47 @@ const char* device_type_name(DeviceType t) {
   switch (t) {
     case kCPU: return "cpu";
     case kCUDA: return "cuda";
+    case kChecked: return "checked";
     case kPrivateUse1: {
       Backend* b = backends[static_cast<int>(t)].load(std::memory_order_acquire);
       return b ? b->name() : "privateuse1";
     }
   }
   return "unknown";
+}
+
+SyncCounts sync_counts(Device device) {
+  Backend* b = find_backend(device.type);
+  return b == nullptr ? SyncCounts{} : b->sync_counts();
+}
+
+Device parse_device(std::string_view text) {
+  const std::string shown = detail::escape_untrusted(text.substr(0, 32));
+  auto fail = [&]() -> Device {
+    MT_FAIL("device \"", shown, "\" is not one of cpu, cuda, cuda:N, checked");
+  };
+  const size_t colon = text.find(':');
+  const std::string_view type_name = text.substr(0, colon);
+  DeviceType type = kCPU;
+  if (type_name == "cpu") type = kCPU;
+  else if (type_name == "cuda") type = kCUDA;
+  else if (type_name == "checked") type = kChecked;
+  else return fail();
+  int index = 0;
+  if (colon != std::string_view::npos) {
+    const std::string_view digits = text.substr(colon + 1);
+    if (type == kCPU || digits.empty() || digits.size() > 4) return fail();
+    for (char c : digits) {
+      if (c < '0' || c > '9') return fail();
+      index = index * 10 + (c - '0');
+    }
+  }
+  const Device device(type, static_cast<int16_t>(index));
+  const int count = device_count(type);
+  MT_CHECK(count > 0, "device \"", shown, "\" is not available: ", device_unavailable_reason(type));
+  MT_CHECK(index < count, "device \"", shown, "\" is not available: this machine has ", count, " ", type_name,
+           " device", count == 1 ? "" : "s", " (", type_name, ":0 to ", type_name, ":", count - 1, ")");
+  return device;
 }
 
 namespace {

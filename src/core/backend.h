@@ -11,7 +11,9 @@
 // (from_vector, arange) copy them in through copy_from_host.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "mixtrain/device.h"
@@ -55,6 +57,23 @@ class Backend {
   // How many devices of this type the process can use (1 for the CPU), and why none when 0.
   virtual int device_count() const { return 1; }
   virtual std::string unavailable_reason() const { return {}; }
+
+  // The host's waits on this backend's devices (mixtrain/device.h, SyncCounts). A backend counts
+  // its transfers and synchronisations itself; its kernels that return a value to the host call
+  // count_kernel_result() once per call.
+  SyncCounts sync_counts() const {
+    return {to_host_.load(std::memory_order_relaxed), from_host_.load(std::memory_order_relaxed),
+            synchronize_.load(std::memory_order_relaxed), kernel_results_.load(std::memory_order_relaxed)};
+  }
+  void count_kernel_result() { kernel_results_.fetch_add(1, std::memory_order_relaxed); }
+
+ protected:
+  void count_to_host() { to_host_.fetch_add(1, std::memory_order_relaxed); }
+  void count_from_host() { from_host_.fetch_add(1, std::memory_order_relaxed); }
+  void count_synchronize() { synchronize_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> to_host_{0}, from_host_{0}, synchronize_{0}, kernel_results_{0};
 };
 
 // The backend of `type` built into this library besides the CPU's (CUDA's, in a MIXTRAIN_CUDA

@@ -57,6 +57,7 @@ class DispatchTableBase {
 template <typename Fn>
 class DispatchTable : public DispatchTableBase {
  public:
+  using function_type = Fn;
   explicit constexpr DispatchTable(const char* op) : DispatchTableBase(op) {}
 
   void set(DeviceType device, DType dtype, Fn* fn) {

@@ -1,7 +1,8 @@
-// Every kernel table of the registry, constant-initialised to "no kernel", the list that
-// for_each_table visits, and the one-time registration of the built-in backends.
+// Every kernel table of the registry, constant-initialised to "no kernel", for_each_table (over
+// table_list.h) and the one-time registration of the built-in backends.
 #include <mutex>
 
+#include "kernels/checked/register.h"
 #include "kernels/conv.h"
 #include "kernels/copy.h"
 #include "kernels/cpu/register.h"
@@ -18,6 +19,7 @@
 #include "kernels/optim.h"
 #include "kernels/reduce.h"
 #include "kernels/shape_ops.h"
+#include "kernels/table_list.h"
 
 namespace mixtrain::kernels {
 
@@ -98,27 +100,7 @@ constinit DispatchTable<Fp8QuantizeFn> fp8_quantize_table{"fp8 quantize"};
 constinit DispatchTable<Fp8DequantizeFn> fp8_dequantize_table{"fp8 dequantize"};
 
 void for_each_table(void (*visit)(DispatchTableBase& table, void* context), void* context) {
-  auto all = [&](auto& tables) {
-    for (auto& t : tables) visit(t, context);
-  };
-  for (DispatchTableBase* t : std::initializer_list<DispatchTableBase*>{
-           &copy_table, &fill_table, &random_fill_table, &where_table, &masked_fill_table, &eq_table, &argmax_table,
-           &scatter_add_rows, &matmul_table, &conv2d_forward_table, &conv2d_backward_table, &softmax_fwd,
-           &softmax_bwd, &attention_fwd, &attention_bwd, &layer_norm_fwd, &layer_norm_bwd, &max_pool2d_fwd,
-           &max_pool2d_bwd, &avg_pool2d_fwd, &avg_pool2d_bwd, &dropout_fwd, &dropout_bwd, &batch_norm_stats,
-           &batch_norm_forward, &batch_norm_backward, &batch_norm_update_stats, &class_loss_fwd, &class_loss_bwd,
-           &pointwise_loss_fwd, &pointwise_loss_bwd, &scale_and_check_table, &norm_partials_table,
-           &sgd_step_table, &adam_step_table, &unpack_master_table, &pack_master_table, &amp_unscale_table,
-           &amp_update_scale_table, &matmul_fp32_route_table, &uses_fp32_route_table, &sum_rows_table,
-           &sum_to_size_table, &find_bad_index_table, &gather_rows_table, &fp8_quantize_table,
-           &fp8_dequantize_table, &round_through_table, &gelu_forward_backward_table})
-    visit(*t, context);
-  all(unary_forward_tables);
-  all(unary_backward_tables);
-  all(binary_tables);
-  all(ternary_tables);
-  all(compare_scalar_tables);
-  all(reduce_tables);
+  visit_tables([&]<auto& Holder, size_t I>() { visit(table_at<Holder, I>(), context); });
 }
 
 // ---- registration
@@ -130,6 +112,8 @@ void register_builtin_kernels() {
   std::call_once(builtin_once, [] {
     Registry cpu(kCPU);
     register_cpu(cpu);
+    Registry checked(kChecked);
+    register_checked(checked);
 #if MIXTRAIN_WITH_CUDA
     Registry cuda(kCUDA);
     register_cuda(cuda);

@@ -101,7 +101,10 @@ Tensor GPT::forward(const Tensor& tokens) {
   const int64_t T = tokens.size(1);
   MT_CHECK(T >= 1 && T <= config_.context, "GPT: sequence length ", T, " must be in [1, context = ", config_.context,
            "]");
-  Tensor pos = arange(T);                                         // [T] int64
+  // On the tokens' device: a model moved to a device gets no host tensor here.
+  if (!positions_.defined() || positions_.device() != tokens.device())
+    positions_ = arange(config_.context, {.dtype = kInt64, .device = tokens.device()});
+  const Tensor pos = positions_.narrow(0, 0, T);  // [T] int64
   Tensor x = (*tok_emb_)(tokens) + (*pos_emb_)(pos);  // [B, T, C] + [T, C]
   x = (*blocks_)(x);
   return (*head_)((*ln_f_)(x));  // [B, T, V]

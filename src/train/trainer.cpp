@@ -253,7 +253,8 @@ int64_t Trainer::total_steps() const {
 int64_t Trainer::first_nonfinite_parameter() const {
   const std::vector<Tensor> params = optimizer_->parameters();
   NoGradGuard no_grad;
-  Tensor found = zeros({}), one = ones({});
+  const Device device = params.empty() ? Device{} : params.front().device();
+  Tensor found = zeros({}, {.device = device}), one = ones({}, {.device = device});
   return amp::detail::non_finite_check_and_unscale_(params, found, one);
 }
 
@@ -292,9 +293,11 @@ bool Trainer::nonfinite_gate(double loss) {
       index.push_back(i);
     }
   NoGradGuard no_grad;
-  if (!found_inf_.defined()) {
-    found_inf_ = zeros({});
-    unit_scale_ = ones({});
+  // On the gradients' device (they follow the model, which may have moved since the last step).
+  const Device device = grads.empty() ? Device{} : grads.front().device();
+  if (!found_inf_.defined() || found_inf_.device() != device) {
+    found_inf_ = zeros({}, {.device = device});
+    unit_scale_ = ones({}, {.device = device});
   }
   found_inf_.fill_(0.0);
   const int64_t bad_grad = amp::detail::non_finite_check_and_unscale_(grads, found_inf_, unit_scale_);
@@ -317,7 +320,7 @@ Device Trainer::model_device() const {
 void Trainer::sync_after_backward(StepInfo& info) {
   if (!ddp_) return;
   ddp_->finish_gradient_sync();
-  const Tensor l = from_vector(std::vector<double>{info.loss}, {1});
+  const Tensor l = from_vector(std::vector<double>{info.loss}, {1}, {.device = Device{}});  // the group reduces host tensors
   options_.process_group->all_reduce(l, dist::ReduceOp::kAvg);
   info.loss = l.item<double>();
 }

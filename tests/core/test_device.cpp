@@ -1,6 +1,7 @@
-// The device seam (src/core/backend.h, kernels/dispatch.h) on the checked device of
-// support/checked_device.h: moves between devices, host access only through copies, modules and
-// optimizers that follow their parameters, and the checked device catching a host dereference.
+// The device seam (src/core/backend.h, kernels/dispatch.h) on the checked device (mixtrain/device.h,
+// kChecked): moves between devices, host access only through copies, modules and optimizers that
+// follow their parameters, the checked device catching a host dereference and a tensor from another
+// device, device names, and the host waits it counts.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -101,15 +102,15 @@ TEST(Device, AbsentDevicesAndDoubleRegistrationsAreRefused) {
   EXPECT_MT_ERROR(mt::zeros({2}, {.device = absent}), "cuda:", "not available");
   EXPECT_MT_ERROR(mt::set_default_device(absent), "cuda:", "not available");
   mt::testing::checked_device();
-  EXPECT_MT_ERROR(mt::register_backend(mt::kPrivateUse1, &mt::backend_for(mt::testing::checked_device())),
+  EXPECT_MT_ERROR(mt::register_backend(mt::kChecked, &mt::backend_for(mt::testing::checked_device())),
                   "already registered", "checked");
   EXPECT_MT_ERROR(mt::register_backend(mt::kCPU, &mt::backend_for(kHost)), "built in");
   EXPECT_MT_ERROR(mt::kernels::register_kernels(mt::kCPU, [](mt::kernels::Registry&) {}), "built in");
-  EXPECT_STREQ(mt::device_type_name(mt::kPrivateUse1), "checked");
+  EXPECT_STREQ(mt::device_type_name(mt::kChecked), "checked");
 }
 
 TEST(Device, EveryTableHasTheSameKernelsOnTheCheckedDeviceAsOnTheCpu) {
-  mt::testing::checked_device();
+  mt::kernels::register_builtin_kernels();
   struct Count {
     int tables = 0, cpu = 0, mismatched = 0;
   } count;
@@ -120,7 +121,7 @@ TEST(Device, EveryTableHasTheSameKernelsOnTheCheckedDeviceAsOnTheCpu) {
         for (int d = 0; d < mt::kNumDTypes; ++d) {
           const auto dt = static_cast<mt::DType>(d);
           n.cpu += t.has(mt::kCPU, dt);
-          n.mismatched += t.has(mt::kCPU, dt) != t.has(mt::kPrivateUse1, dt);
+          n.mismatched += t.has(mt::kCPU, dt) != t.has(mt::kChecked, dt);
         }
       },
       &count);

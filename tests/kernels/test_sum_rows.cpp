@@ -46,7 +46,7 @@ Tensor reference_sum_rows(const Tensor& x, DType out_dtype, int64_t block = -1) 
 
 Tensor run_sum_rows(const Tensor& x, DType out_dtype, int threads) {
   return with_threads(threads, [&] {
-    Tensor out = Tensor::empty({x.size(1)}, out_dtype);
+    Tensor out = Tensor::empty({x.size(1)}, out_dtype, x.device());
     kernels::sum_rows(x, out);
     return out;
   });

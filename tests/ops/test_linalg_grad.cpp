@@ -151,7 +151,7 @@ TEST(LinalgHalfGrads, LinearOnTheFp32RouteEqualsSeparateProducts) {
     Tensor g2 = g.reshape({39, 300});
     EXPECT_TRUE(bitwise_equal(x.grad(), matmul(g2, w.detach()).reshape({3, 13, 40})));
     EXPECT_TRUE(bitwise_equal(w.grad(), matmul(g2.t(), x.detach().reshape({39, 40}))));
-    Tensor db = Tensor::empty({300}, dt);
+    Tensor db = Tensor::empty({300}, dt, g2.device());
     kernels::sum_rows(g2, db);
     EXPECT_TRUE(bitwise_equal(b.grad(), db));
     EXPECT_CLOSE(b.grad(), ref_matmul(ones({1, 39}, {.dtype = kFloat64}), g2.to(kFloat64)).reshape({300}),

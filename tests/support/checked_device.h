@@ -1,21 +1,24 @@
-// The checked device: a test-only second device (the kPrivateUse1 slot) whose memory is host memory
-// behind pointers the host cannot dereference, and whose kernels are the CPU's.
+// The test suite's view of the checked device (mixtrain/device.h, kChecked; docs/notes/backends.md):
+// host memory behind pointers the host cannot dereference, the CPU's kernels behind a guard that
+// refuses tensors from other devices, and counted host waits.
 //
-// Its allocator hands out addresses with bit 62 set: non-canonical on x86-64, so any load or store
-// through one faults at once. Only the backend's own paths turn them back into host addresses:
-// Backend::host_address (what the CPU kernels reach memory through, kernels/cpu/host_ptr.h) and the
-// host transfers. An op, autograd, AMP, optimizer or trainer line that reads tensor memory directly
-// instead of through a kernel or a copy crashes the test that runs it.
-//
-// Running the suite on it: MIXTRAIN_TEST_DEVICE=checked makes it the default device of the test
-// binary (tests/CMakeLists.txt registers the device-generic tests a second time that way).
+// Two ways the suite runs on it:
+//   - MIXTRAIN_TEST_DEVICE=checked makes it the default device of the test binary
+//     (tests/CMakeLists.txt registers the device-generic op suites a second time that way, "checked:"),
+//     so that every tensor of those tests lives on it: a front-end line that reads tensor memory
+//     directly crashes its test.
+//   - The placement tests (tests/train/test_placement.cpp, tests/cli/placement.cmake) leave the
+//     default device on the CPU and move models with .to(checked_device()), as a user's program does:
+//     a tensor created without a device lands on the CPU and the guard refuses it.
+// The test binary needs MIXTRAIN_CHECKED_DEVICE=1 in its environment (CTest sets it;
+// MIXTRAIN_TEST_DEVICE=checked sets it too).
 #pragma once
 
 #include "mixtrain/device.h"
 
 namespace mixtrain::testing {
 
-// Registers the backend and its kernels (once) and returns the device.
+// The checked device; throws a clear error when MIXTRAIN_CHECKED_DEVICE=1 is not set.
 Device checked_device();
 
 // The device tensors are made on in this run: checked_device() under MIXTRAIN_TEST_DEVICE=checked,

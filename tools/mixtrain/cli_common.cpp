@@ -88,10 +88,16 @@ std::string describe(const DataSpec& spec) {
 
 void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
   auto has = [&](Flags f) { return (flags & static_cast<unsigned>(f)) != 0; };
-  if (has(Flags::kModel))
+  if (has(Flags::kModel)) {
     app.add_option("--model", a.model, "Model: " + join(cli::model_names()))
         ->check(CLI::IsMember(cli::model_names()))
         ->capture_default_str();
+    app.add_option("--context", a.context,
+                   "gpt models: tokens per training sequence, at most the model's context (128 for gpt, 1024 for "
+                   "gpt-small); shorter sequences train the same model faster and in less memory (0: the model's)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+        ->capture_default_str();
+  }
   if (has(Flags::kData))
     app.add_option("--data", a.data,
                    "Data: fashion-mnist[:DIR] (default dir " + std::string(data::kFashionMNISTDefaultDir) +
@@ -161,7 +167,8 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
         ->capture_default_str();
     app.add_option("--device", a.device,
                    "Where the model trains: cpu, or cuda / cuda:N (a GPU, in builds with the CUDA backend; "
-                   "docs/cuda.md)")
+                   "docs/cuda.md), or checked (the debugging device of docs/notes/backends.md, with "
+                   "MIXTRAIN_CHECKED_DEVICE=1 in the environment)")
         ->capture_default_str();
   }
   if (has(Flags::kTraining)) {
@@ -226,8 +233,27 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
   }
 }
 
+cli::ModelInfo run_model_info(const RunArgs& a) {
+  cli::ModelInfo info = cli::model_info(a.model);
+  if (a.context == 0) return info;
+  if (info.task != cli::ModelTask::kLanguageModel)
+    throw UsageError("--context sets the sequence length of the gpt models; model " + a.model + " classifies images");
+  const nn::GPTConfig config = cli::gpt_config(a.model);
+  if (a.context > config.context)
+    throw UsageError("--context " + std::to_string(a.context) + " is longer than model " + a.model + "'s context of " +
+                     std::to_string(config.context) + " tokens");
+  return with_sequence_length(info, config, a.context);
+}
+
+cli::ModelInfo with_sequence_length(cli::ModelInfo info, nn::GPTConfig config, int64_t tokens) {
+  config.context = tokens;
+  info.sample_shape = {tokens};
+  info.flops_per_sample = cli::gpt_model_info(config).flops_per_sample;
+  return info;
+}
+
 void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision precision) {
-  const cli::ModelInfo& info = cli::model_info(a.model);
+  const cli::ModelInfo info = run_model_info(a);
   const bool lm = info.task == cli::ModelTask::kLanguageModel;
   const bool text = spec.kind == DataSpec::Kind::kText;
   if (lm && !(text || spec.kind == DataSpec::Kind::kSynthetic))
@@ -259,22 +285,11 @@ int apply_threads(int threads) {
 }
 
 Device parse_device(const std::string& text) {
-  if (text == "cpu") return Device{};
-  int64_t index = -1;
-  if (text == "cuda") {
-    index = 0;
-  } else if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
-             text.find_first_not_of("0123456789", 5) == std::string::npos) {
-    index = std::stoll(text.substr(5));
+  try {
+    return mixtrain::parse_device(text);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--device: ") + e.what());
   }
-  if (index < 0)
-    throw UsageError("--device must be cpu, cuda or cuda:N, got \"" + detail::escape_untrusted(text.substr(0, 32)) + "\"");
-  const int count = device_count(kCUDA);
-  if (index >= count)
-    throw UsageError("--device " + text + ": " +
-                     (count == 0 ? device_unavailable_reason(kCUDA)
-                                 : "this machine has " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s")));
-  return Device(kCUDA, static_cast<int16_t>(index));
 }
 
 std::string random_text(int64_t n, uint64_t seed) {
@@ -329,7 +344,7 @@ LoadedData load_data(const DataSpec& spec, const cli::ModelInfo& model, uint64_t
 }
 
 train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precision, DType param_dtype) {
-  const cli::ModelInfo& info = cli::model_info(a.model);
+  const cli::ModelInfo info = run_model_info(a);
   train::TrainerOptions o;
   o.precision = {.precision = precision, .scaler = train::parse_scaler_mode(a.scaler), .param_dtype = param_dtype};
   o.epochs = a.epochs;

@@ -34,6 +34,7 @@ std::string describe(const DataSpec& spec);
 // The flags shared by train, compare and bench.
 struct RunArgs {
   std::string model = "mlp";
+  int64_t context = 0;  // --context: tokens per training sequence of a gpt model (0: the model's context)
   std::string data = "fashion-mnist";
   std::string precision = "fp32";
   std::string scaler = "auto";
@@ -90,8 +91,8 @@ void check_combination(const RunArgs& args, const DataSpec& spec, train::Precisi
 // Sets the OpenMP thread count (--threads, 0: every core) and returns it.
 int apply_threads(int threads);
 
-// --device: "cpu", "cuda" (cuda:0) or "cuda:N"; throws UsageError for another text, or for a GPU
-// this build or machine does not have (with the reason).
+// --device: "cpu", "cuda" (cuda:0), "cuda:N" or "checked" (mt::parse_device); throws UsageError for
+// another text, or for a device this build or machine does not have (with the reason).
 Device parse_device(const std::string& text);
 
 struct LoadedData {
@@ -101,6 +102,14 @@ struct LoadedData {
 // Loads (or generates) the training and evaluation sets for the model. mt::Error for missing or
 // corrupt files, with the install hint for Fashion-MNIST.
 LoadedData load_data(const DataSpec& spec, const cli::ModelInfo& model, uint64_t seed);
+
+// The model of a run as it trains: model_info(args.model), with the sequence length and FLOPs of
+// --context for the gpt models (the parameters stay the model's). Throws UsageError for a --context
+// on an image model or beyond the model's context.
+cli::ModelInfo run_model_info(const RunArgs& args);
+// `info` of a GPT with `config`, trained on sequences of `tokens` (<= config.context): the sample
+// shape and FLOPs of that length, the parameters of the model.
+cli::ModelInfo with_sequence_length(cli::ModelInfo info, nn::GPTConfig config, int64_t tokens);
 
 // `n` pseudo-random bytes (Philox keyed by `seed`): random tokens for the gpt model.
 std::string random_text(int64_t n, uint64_t seed);

@@ -42,7 +42,7 @@ int run_bench(const BenchArgs& b) {
   check_combination(a, spec, precision);
   const int threads = apply_threads(a.threads);
   const Device device = parse_device(a.device);
-  cli::ModelInfo info = cli::model_info(a.model);
+  cli::ModelInfo info = run_model_info(a);
   nn::GPTConfig gpt_config = info.task == cli::ModelTask::kLanguageModel ? cli::gpt_config(a.model) : nn::GPTConfig{};
   if (b.embed > 0) {
     if (a.model != "gpt")
@@ -52,6 +52,7 @@ int run_bench(const BenchArgs& b) {
                        std::to_string(b.embed));
     gpt_config.embed_dim = b.embed;
     info = cli::gpt_model_info(gpt_config);
+    if (a.context > 0) info = with_sequence_length(info, gpt_config, a.context);
   }
   LoadedData data = load_data(spec, info, a.seed);
 
@@ -70,10 +71,12 @@ int run_bench(const BenchArgs& b) {
   // shows up as allocations of sizes no training step uses.
   o.drop_last = true;
   // Allocator counters over the timed steps: snapshots after the last warm-up step and the last step.
+  // Host waits on the device (mixtrain/device.h) over the same steps.
   memory::Stats at_timing_start = memory::stats(device), at_end = memory::stats(device);
+  SyncCounts syncs_at_start = sync_counts(device), syncs_at_end = sync_counts(device);
   o.on_step = [&, warmup = b.warmup, last = b.warmup + a.steps](const train::StepInfo& i) {
-    if (i.step == warmup) at_timing_start = memory::stats(device);
-    if (i.step == last) at_end = memory::stats(device);
+    if (i.step == warmup) at_timing_start = memory::stats(device), syncs_at_start = sync_counts(device);
+    if (i.step == last) at_end = memory::stats(device), syncs_at_end = sync_counts(device);
   };
   train::Trainer trainer(*model, train::adamw(a.lr, a.weight_decay), *data.train, /*eval_data=*/nullptr, o);
   const train::TrainSummary s = trainer.fit();
@@ -81,6 +84,14 @@ int run_bench(const BenchArgs& b) {
   const double allocations_per_step = static_cast<double>(at_end.allocations - at_timing_start.allocations) / steps;
   const double system_allocations_per_step =
       static_cast<double>(at_end.system_allocations - at_timing_start.system_allocations) / steps;
+  auto per_step = [&](int64_t SyncCounts::*field) {
+    return static_cast<double>(syncs_at_end.*field - syncs_at_start.*field) / steps;
+  };
+  const nlohmann::json syncs = {{"to_host", per_step(&SyncCounts::to_host)},
+                                {"from_host", per_step(&SyncCounts::from_host)},
+                                {"synchronize", per_step(&SyncCounts::synchronize)},
+                                {"kernel_results", per_step(&SyncCounts::kernel_results)},
+                                {"total", static_cast<double>(syncs_at_end.total() - syncs_at_start.total()) / steps}};
 
   if (b.json) {
     std::ostringstream device_name;
@@ -113,7 +124,8 @@ int run_bench(const BenchArgs& b) {
                               {"model_state_bytes", s.model_state_bytes},
                               {"model_state_bytes_per_param", s.model_state_bytes_per_param},
                               {"allocations_per_step", allocations_per_step},
-                              {"system_allocations_per_step", system_allocations_per_step}};
+                              {"system_allocations_per_step", system_allocations_per_step},
+                              {"host_waits_per_step", syncs}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -138,6 +150,11 @@ int run_bench(const BenchArgs& b) {
                                             : "");
   std::printf("  allocations  %.1f per step (%.2f from the system allocator)\n", allocations_per_step,
               system_allocations_per_step);
+  if (!device.is_cpu())
+    std::printf("  host waits   %.1f per step (%.1f copies to the host, %.1f from it, %.1f kernel results, %.1f "
+                "synchronisations)\n",
+                syncs["total"].get<double>(), syncs["to_host"].get<double>(), syncs["from_host"].get<double>(),
+                syncs["kernel_results"].get<double>(), syncs["synchronize"].get<double>());
   return 0;
 }
 

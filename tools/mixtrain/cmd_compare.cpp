@@ -178,8 +178,9 @@ int run_compare(const CompareArgs& in) {
                      "' is not empty: it holds another comparison. Choose another --out, or pass --overwrite");
   if (fs::exists(a.out, ec) && !fs::is_directory(a.out, ec))
     throw UsageError("--out '" + a.out + "' exists and is not a directory");
+  parse_device(a.device);  // an unusable --device is refused before the data is loaded
   const int threads = apply_threads(a.threads);
-  const cli::ModelInfo& info = cli::model_info(a.model);
+  const cli::ModelInfo info = run_model_info(a);
 
   LoadedData data = load_data(spec, info, a.seed);
   std::printf(

@@ -123,7 +123,7 @@ int run_train(const RunArgs& in) {
   }
   if (!a.resume.empty()) precheck_resume(a.resume);
   const int threads = apply_threads(a.threads);
-  const cli::ModelInfo& info = cli::model_info(a.model);
+  const cli::ModelInfo info = run_model_info(a);
   const bool scaler = train::uses_scaler(precision, train::parse_scaler_mode(a.scaler));
 
   LoadedData data = load_data(spec, info, a.seed);

@@ -134,9 +134,21 @@ class GradScaler {
 
  private:
   enum class Stage { kReady, kUnscaled, kStepped };
+  // A value of a 0-dim device tensor known on the host, valid while the tensor is the same storage
+  // at the version it was read or computed at (every in-place write bumps the version). Each read is
+  // a host wait on a GPU; the scaler reads each value at most once per change.
+  struct HostValue {
+    float value = 0;
+    const void* storage = nullptr;
+    uint64_t version = 0;
+    bool known = false;
+    float get(const Tensor& t);
+    void set(const Tensor& t, float v) { value = v, storage = t.raw_data(), version = t.version(), known = true; }
+  };
   struct OptimizerState {
     Stage stage = Stage::kReady;
     Tensor found_inf;              // 0-dim fp32; undefined until an inf check ran
+    HostValue found_inf_host;      // found_inf's value, known without a read when no reduction ran
     int64_t first_nonfinite = -1;  // flat parameter index
   };
 
@@ -154,6 +166,7 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;
   GradScalerOptions options_;
   Tensor scale_;           // 0-dim fp32, lazily created
+  mutable HostValue scale_host_;
   Tensor growth_tracker_;  // 0-dim int32, lazily created
   std::unordered_map<const optim::Optimizer*, OptimizerState> per_optimizer_;
 

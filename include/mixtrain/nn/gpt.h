@@ -45,6 +45,9 @@ class GPT : public Module {
   std::shared_ptr<Sequential> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
   std::shared_ptr<Linear> head_;
+  // 0, 1, ..., context - 1 (int64) on the device of the last forward's tokens: made once per device,
+  // so that a step copies nothing from the host for its positions. Not state: not in state_dict().
+  Tensor positions_;
 };
 
 }  // namespace mixtrain::nn

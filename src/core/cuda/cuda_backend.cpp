@@ -149,12 +149,15 @@ class CudaBackend final : public Backend {
   void empty_cache(Device device) override { per_device(device).allocator.empty_cache(); }
 
   void copy_to_host(void* host_dst, const void* src, size_t nbytes, Device device) override {
+    count_to_host();
     staged_copy(host_dst, src, nbytes, device, cudaMemcpyDeviceToHost);
   }
   void copy_from_host(void* dst, const void* host_src, size_t nbytes, Device device) override {
+    count_from_host();
     staged_copy(dst, host_src, nbytes, device, cudaMemcpyHostToDevice);
   }
   void synchronize(Device device) override {
+    count_synchronize();
     DeviceGuard guard(device);
     check(cudaStreamSynchronize(per_device(device).stream), "synchronize");
   }

@@ -22,10 +22,12 @@
 #include "mixtrain/tensor.h"
 #include "kernels/cpu/host_ptr.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/float_to_int.h"
 
 namespace mixtrain::kernels {
 
-// Value conversion between any two element types, through fp32/fp64 for the 16-bit ones.
+// Value conversion between any two element types, through fp32/fp64 for the 16-bit ones; float ->
+// integer saturates (kernels/float_to_int.h), the same on every device.
 template <typename To, typename From>
 inline To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -36,6 +38,8 @@ inline To convert(From v) {
     return To(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, bool>) {
     return v != From(0);
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    return saturating_float_to_int<To>(v);
   } else {
     return static_cast<To>(v);
   }

@@ -18,6 +18,7 @@
 #include "core/cuda/cuda_backend.h"
 #include "kernels/dispatch.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/float_to_int.h"
 #include "mixtrain/memory.h"
 #include "mixtrain/tensor.h"
 
@@ -69,6 +70,8 @@ __device__ __forceinline__ D round_to(C v) {
     return __float2bfloat16_rn(static_cast<float>(v));
   } else if constexpr (std::is_same_v<D, bool>) {
     return v != C(0);
+  } else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<C>) {
+    return saturating_float_to_int<D>(v);  // not the hardware's rule alone: the CPU's (float_to_int.h)
   } else {
     return static_cast<D>(v);
   }
@@ -88,6 +91,7 @@ dev_t<T> scalar_as(double value) {
   T host;
   if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) host = T(static_cast<float>(value));
   else if constexpr (std::is_same_v<T, bool>) host = value != 0.0;
+  else if constexpr (std::is_integral_v<T>) host = saturating_float_to_int<T>(value);
   else host = static_cast<T>(value);
   dev_t<T> v;
   static_assert(sizeof(v) == sizeof(host));
@@ -128,9 +132,11 @@ void upload(Device device, T* dst, const T* src, size_t count) {
   // The source is pageable host memory: cudaMemcpyAsync has copied it out before returning.
 }
 
-// Device -> host copy of `count` values after the work queued so far on the device's stream: a sync.
+// Device -> host copy of `count` values after the work queued so far on the device's stream: a sync,
+// counted as a kernel result (mixtrain/device.h, SyncCounts).
 template <typename T>
 void download(Device device, T* dst, const T* src, size_t count) {
+  mixtrain::cuda::backend().count_kernel_result();
   DeviceGuard guard(device);
   const cudaStream_t s = mixtrain::cuda::stream(device);
   check(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, s), "read back");

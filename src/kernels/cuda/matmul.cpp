@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "core/cuda/cuda_backend.h"
 #include "kernels/copy.h"
@@ -135,6 +136,14 @@ int64_t batch_stride(const Tensor& t, const Tensor& out) {
   return stride;
 }
 
+// The largest power of two up to 256 that divides the address: what the heuristic may assume.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t bytes = 256;
+  while (bytes > 1 && a % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
 struct Problem {
   Operand a, b;  // cuBLASLt's A = our b^T, B = our a^T
   int64_t m, n, k, batch, stride_a, stride_b, stride_c;
@@ -185,11 +194,13 @@ void run_lt(Device device, DType dtype, const Problem& p, const void* a_ptr, con
     layout(&lb, p.b.stored_rows, p.b.stored_cols, p.b.ld, p.stride_b);
     layout(&lc, p.m, p.n, p.m, p.stride_c);
 
+    // The algorithm is chosen for the operands' actual alignment (the preference below says it), and
+    // cached under it: a kernel picked for 16-byte operands may fault on a view that starts
+    // mid-vector, and that fault would poison the context for every later call.
+    const uint32_t align_a = alignment_of(b_ptr), align_b = alignment_of(a_ptr), align_c = alignment_of(c_ptr);
     const std::array<int64_t, 16> key{p.m, p.n, p.k, p.a.op, p.b.op, p.a.ld, p.b.ld, p.batch, p.stride_a, p.stride_b,
-                                      static_cast<int64_t>(dtype), bias != nullptr, tf32,
-                                      reinterpret_cast<uintptr_t>(a_ptr) % 16 == 0 && reinterpret_cast<uintptr_t>(b_ptr) % 16 == 0 &&
-                                          reinterpret_cast<uintptr_t>(c_ptr) % 16 == 0,
-                                      0, 0};
+                                      static_cast<int64_t>(dtype), bias != nullptr, tf32, align_a, align_b,
+                                      int64_t{align_c} | (p.stride_c << 16)};
     cublasLtMatmulAlgo_t algo;
     bool cached = false;
     {
@@ -210,6 +221,14 @@ void run_lt(Device device, DType dtype, const Problem& p, const void* a_ptr, con
       check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                                     sizeof(schemes)),
                "reduction scheme");
+      // cuBLASLt's A is our b, its B our a; C and D are out.
+      const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t>, 4> alignments{
+          {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}};
+      for (const auto& [attribute, bytes] : alignments)
+        check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof(bytes)), "alignment");
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       check_lt(cublasLtMatmulAlgoGetHeuristic(st.handle, op_desc, la, lb, lc, lc, pref, 1, &result, &found), "heuristic");
@@ -245,19 +264,25 @@ void matmul_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, con
   Operand oa = as_operand(n, k, a.stride(r - 2), a.stride(r - 1));
   Operand ob = as_operand(k, m, b.stride(r - 2), b.stride(r - 1));
   int64_t sa = batch_stride(a, out), sb = batch_stride(b, out);
-  // Layouts cuBLASLt cannot take are made contiguous first (a copy kernel on the device).
-  auto contiguous = [](const Tensor& t) {
-    Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-    copy(c, t);
+  // Layouts cuBLASLt cannot take are copied first (a copy kernel on the device) into a contiguous
+  // operand with out's batch dims: a dim broadcast inside other batch dims (a [2, 1, n, k] operand
+  // of a [2, 3, n, m] product) has no single batch stride until it is materialised.
+  auto materialised = [&out, r](const Tensor& t) {
+    Shape shape = out.shape();
+    shape[r - 2] = t.size(r - 2);
+    shape[r - 1] = t.size(r - 1);
+    const Tensor expanded = t.expand(shape);
+    Tensor c = Tensor::empty(shape, t.dtype(), t.device());
+    copy(c, expanded);
     return c;
   };
   if (!oa.ok || sa < 0) {
-    a = contiguous(a);
+    a = materialised(a);
     oa = as_operand(n, k, a.stride(r - 2), a.stride(r - 1));
     sa = batch_stride(a, out);
   }
   if (!ob.ok || sb < 0) {
-    b = contiguous(b);
+    b = materialised(b);
     ob = as_operand(k, m, b.stride(r - 2), b.stride(r - 1));
     sb = batch_stride(b, out);
   }
