@@ -24,10 +24,11 @@ struct ClassLossParams {
 };
 // out: [M] (kNone) or a scalar, in the input's dtype. lse: [M, 2] in the opmath dtype, each row's
 // max and log(sum(exp(x - max))), saved for backward (undefined for nll_loss); kept apart rather than
-// added so that large logits keep the precision of x - max. Returns the number of rows whose target
-// is not ignore_index (the mean's denominator).
-using ClassLossFwdFn = int64_t(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& lse,
-                               const ClassLossParams& p);
+// added so that large logits keep the precision of x - max. valid_rows: the number of rows whose
+// target is not ignore_index (the mean's denominator; the front-end's index check counts them, so
+// the kernel returns nothing to the host).
+using ClassLossFwdFn = void(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& lse,
+                            const ClassLossParams& p, int64_t valid_rows);
 // gx [M, C] = (softmax - target distribution) * scale per row in one pass (cross_entropy), or
 // -scale at the target (nll_loss); zero rows for ignored targets. gy: [M] or a scalar, input dtype.
 using ClassLossBwdFn = void(const Tensor& input, const Tensor& target, const Tensor& lse, const Tensor& gy,

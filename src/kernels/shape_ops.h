@@ -22,17 +22,22 @@ decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
   }
 }
 
-// The first position (row-major) of a contiguous int32/int64 `index` whose value is outside
-// [0, bound) and is not `ignore`, with that value; nullopt when every value is valid.
+// The check of a contiguous int32/int64 `index` against [0, bound): `bad` is the first position
+// (row-major) whose value is outside it and is not `ignore`, with that value (nullopt when every
+// value is valid); `ignored` counts the values equal to `ignore` (cross-entropy's denominator). One
+// result, so one copy back on a device.
 struct BadIndex {
   int64_t position;
   int64_t value;
 };
+struct IndexCheck {
+  std::optional<BadIndex> bad;
+  int64_t ignored = 0;
+};
 // Keyed by the index's dtype.
-using FindBadIndexFn = std::optional<BadIndex>(const Tensor& index, int64_t bound, std::optional<int64_t> ignore);
+using FindBadIndexFn = IndexCheck(const Tensor& index, int64_t bound, std::optional<int64_t> ignore);
 extern DispatchTable<FindBadIndexFn> find_bad_index_table;
-inline std::optional<BadIndex> find_bad_index(const Tensor& index, int64_t bound,
-                                              std::optional<int64_t> ignore = std::nullopt) {
+inline IndexCheck check_index(const Tensor& index, int64_t bound, std::optional<int64_t> ignore = std::nullopt) {
   return find_bad_index_table(index.device(), index.dtype())(index, bound, ignore);
 }
 

@@ -49,7 +49,8 @@ Tensor class_loss(const char* op, const Tensor& input, const Tensor& target, con
   rows = rows.contiguous().reshape({M, C});
   // (unsqueeze for a 0-d target: reshape of a 0-d tensor to [1] is refused by view_strides today)
   const Tensor t = target.dim() == 0 ? target.unsqueeze(0) : target.contiguous().reshape({M});
-  if (auto bad = kernels::find_bad_index(t, C, p.ignore_index)) {
+  const kernels::IndexCheck checked = kernels::check_index(t, C, p.ignore_index);
+  if (const auto& bad = checked.bad) {
     MT_FAIL(op, ": target value ", bad->value, " (at position ", bad->position, " of target ", describe(target),
             ") is out of range for ", C, " classes; valid targets are 0 to ", C - 1, " or ignore_index (",
             p.ignore_index, ")");
@@ -58,7 +59,8 @@ Tensor class_loss(const char* op, const Tensor& input, const Tensor& target, con
   const DType stat_dtype = input.dtype() == kFloat64 ? kFloat64 : kFloat32;
   const Tensor lse = p.log_probs ? Tensor() : Tensor::empty({M, 2}, stat_dtype, input.device());
   Tensor out = Tensor::empty(p.reduction == kernels::Reduction::kNone ? Shape{M} : Shape{}, input.dtype(), input.device());
-  const int64_t valid_rows = kernels::class_loss_fwd(input.device(), input.dtype())(rows, t, out, lse, p);
+  const int64_t valid_rows = M - checked.ignored;  // the mean's denominator
+  kernels::class_loss_fwd(input.device(), input.dtype())(rows, t, out, lse, p, valid_rows);
 
   if (autograd::needs_grad({&rows})) {
     autograd::record(op, {rows}, out,

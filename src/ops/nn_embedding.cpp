@@ -26,7 +26,7 @@ Tensor embedding(const Tensor& indices_, const Tensor& weight_) {
            weight.device());
   const int64_t V = weight.size(0), D = weight.size(1);
   const Tensor idx = indices.contiguous();
-  if (auto bad = kernels::find_bad_index(idx, V)) {
+  if (auto bad = kernels::check_index(idx, V).bad) {
     MT_FAIL("embedding: index ", bad->value, " (at position ", bad->position, " of indices ", describe(indices),
             ") is out of range for a weight with V = ", V, " rows ", describe(weight), "; valid indices are 0 to ",
             V - 1);

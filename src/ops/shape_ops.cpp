@@ -110,7 +110,7 @@ Tensor index_select(const Tensor& x_, int64_t dim, const Tensor& index) {
   const int d = wrap_dim(dim, x.dim(), "index_select");
   // (unsqueeze for a 0-d index: reshape of a 0-d tensor to [1] is refused by view_strides today)
   const Tensor idx = index.dim() == 0 ? index.unsqueeze(0) : index.contiguous();
-  if (auto bad = kernels::find_bad_index(idx, x.size(d))) {
+  if (auto bad = kernels::check_index(idx, x.size(d)).bad) {
     MT_FAIL("index_select: index ", bad->value, " (at position ", bad->position, ") is out of range for dim ", d,
             " of size ", x.size(d), " of input ", describe(x), "; valid indices are 0 to ", x.size(d) - 1);
   }

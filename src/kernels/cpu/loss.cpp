@@ -27,8 +27,8 @@ namespace {
 
 template <typename T>
 struct ClassLossFwd {
-  static int64_t run(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& lse,
-                     const ClassLossParams& p) {
+  static void run(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& lse,
+                  const ClassLossParams& p, int64_t valid_rows) {
     using F = opmath_t<T>;
     const int64_t M = target.numel();
     const int64_t C = M == 0 ? 0 : input.numel() / M;
@@ -36,15 +36,13 @@ struct ClassLossFwd {
     F* lp = p.log_probs ? nullptr : host_ptr<F>(lse);
     const F eps = static_cast<F>(p.label_smoothing);
     std::vector<F> loss(static_cast<size_t>(M));
-    std::vector<uint8_t> valid(static_cast<size_t>(M));
     dispatch_index(target.dtype(), "cross_entropy", [&]<typename I>() {
       const I* tp = host_ptr<I>(target);
       parallel_for(M, nnvec::row_grain(p.log_probs ? 1 : C), [&](int64_t begin, int64_t end) {
         F* buf = nnvec::scratch<F>(0, C);
         for (int64_t r = begin; r < end; ++r) {
           const int64_t t = tp[r];
-          valid[r] = t != p.ignore_index;
-          if (!valid[r]) {
+          if (t == p.ignore_index) {
             loss[r] = F(0);
             if (lp) lp[2 * r] = lp[2 * r + 1] = F(0);
             continue;
@@ -63,8 +61,6 @@ struct ClassLossFwd {
         }
       });
     });
-    int64_t valid_rows = 0;
-    for (uint8_t v : valid) valid_rows += v;
     T* op = host_ptr<T>(out);
     if (p.reduction == Reduction::kNone) {
       for (int64_t r = 0; r < M; ++r) op[r] = convert<T>(loss[r]);
@@ -73,7 +69,6 @@ struct ClassLossFwd {
       // A mean over zero valid rows is 0/0 = NaN, as in PyTorch.
       op[0] = convert<T>(p.reduction == Reduction::kMean ? total / static_cast<F>(valid_rows) : total);
     }
-    return valid_rows;
   }
 };
 

@@ -15,15 +15,20 @@
 namespace mixtrain::kernels {
 
 
-static std::optional<BadIndex> find_bad_index_cpu(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
-  return dispatch_index(index.dtype(), "find_bad_index", [&]<typename I>() -> std::optional<BadIndex> {
+static IndexCheck find_bad_index_cpu(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
+  return dispatch_index(index.dtype(), "find_bad_index", [&]<typename I>() -> IndexCheck {
     const I* p = host_ptr<I>(index);
     const int64_t n = index.numel();
+    IndexCheck c;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t v = p[i];
-      if ((v < 0 || v >= bound) && !(ignore && v == *ignore)) return BadIndex{i, v};
+      if (ignore && v == *ignore) {
+        ++c.ignored;
+      } else if ((v < 0 || v >= bound) && !c.bad) {
+        c.bad = BadIndex{i, v};
+      }
     }
-    return std::nullopt;
+    return c;
   });
 }
 

@@ -8,8 +8,8 @@
 // depends only on the element count) in block order. No float atomics: results are reproducible run
 // to run and agree with the CPU to rounding (another sum order, CUDA's exp / log).
 //
-// Host syncs: class_loss_fwd returns the number of valid rows (a device count read back: one sync
-// per call); the kBce forward reads back the first out-of-range position before computing (one sync).
+// Host syncs: none in class_loss_fwd (the front-end's index check counts the valid rows, kernels/
+// loss.h); the kBce forward reads back the first out-of-range position before computing (one sync).
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -101,11 +101,10 @@ __global__ void cross_entropy_rows_kernel(const D* x, const I* target, int64_t r
   }
 }
 
-// The per-row losses (rounded into out when per row, else into `loss`) and the partial counts of
-// valid rows.
+// The per-row losses (rounded into out when per row, else into `loss`).
 template <typename D, typename I>
 void class_loss_rows(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& lse,
-                     const ClassLossParams& p, opmath_t<D>* loss, int64_t* count_part) {
+                     const ClassLossParams& p, opmath_t<D>* loss) {
   using C = opmath_t<D>;
   const Device device = input.device();
   const int64_t M = target.numel();
@@ -131,47 +130,35 @@ void class_loss_rows(const Tensor& input, const Tensor& target, const Tensor& ou
       check_launch("cross_entropy");
     }
   }
-  partial_sums<int64_t>(device, M, [=] __device__(int64_t r) -> int64_t {
-    return static_cast<int64_t>(pt[r]) != ignore ? 1 : 0;
-  }, count_part, "cross_entropy");
 }
 
 template <typename T>
 struct ClassLossFwd {
-  static int64_t run(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& lse,
-                     const ClassLossParams& p) {
+  static void run(const Tensor& input, const Tensor& target, const Tensor& out, const Tensor& lse,
+                  const ClassLossParams& p, int64_t valid_rows) {
     using D = dev_t<T>;
     using C = opmath_t<D>;
     const Device device = input.device();
     const int64_t M = target.numel();
     const bool per_row = p.reduction == Reduction::kNone;
-    // Per-row losses (for a reduction), the partial sums and the valid count.
+    // Per-row losses (for a reduction) and their partial sums.
     DeviceScratch loss(device, sizeof(C) * static_cast<size_t>(per_row ? 1 : std::max<int64_t>(M, 1)));
-    DeviceScratch loss_part(device, sizeof(C) * kMaxSumBlocks), count_part(device, sizeof(int64_t) * kMaxSumBlocks);
-    DeviceScratch valid(device, sizeof(int64_t));
+    DeviceScratch loss_part(device, sizeof(C) * kMaxSumBlocks);
     C* pl = loss.as<C>();
-    dispatch_index(target.dtype(), "cross_entropy", [&]<typename I>() {
-      class_loss_rows<D, I>(input, target, out, lse, p, pl, count_part.as<int64_t>());
-    });
-    if (!per_row) partial_sums<C>(device, M, [=] __device__(int64_t r) { return pl[r]; }, loss_part.as<C>(), "cross_entropy");
+    dispatch_index(target.dtype(), "cross_entropy",
+                   [&]<typename I>() { class_loss_rows<D, I>(input, target, out, lse, p, pl); });
+    if (per_row) return;
+    partial_sums<C>(device, M, [=] __device__(int64_t r) { return pl[r]; }, loss_part.as<C>(), "cross_entropy");
     const int blocks = sum_blocks(M);
     const bool mean = p.reduction == Reduction::kMean;
     const C* lp = loss_part.as<C>();
-    const int64_t* cp = count_part.as<int64_t>();
-    int64_t* pv = valid.as<int64_t>();
+    const C denominator = static_cast<C>(valid_rows);
     D* po = static_cast<D*>(out.raw_data());
     for_each_index(device, 1, [=] __device__(int64_t) {
-      const int64_t count = add_partials(cp, blocks);
-      *pv = count;
-      if (!per_row) {
-        const C total = add_partials(lp, blocks);
-        // A mean over zero valid rows is 0/0 = NaN, as in PyTorch.
-        po[0] = round_to<D>(mean ? total / static_cast<C>(count) : total);
-      }
+      const C total = add_partials(lp, blocks);
+      // A mean over zero valid rows is 0/0 = NaN, as in PyTorch.
+      po[0] = round_to<D>(mean ? total / denominator : total);
     }, "cross_entropy");
-    int64_t valid_rows = 0;
-    download(device, &valid_rows, pv, 1);
-    return valid_rows;
   }
 };
 

@@ -13,42 +13,50 @@
 namespace mixtrain::kernels::cuda {
 namespace {
 
+// result[0]: the smallest bad position (~0 when none); result[1]: the count of ignored values.
 template <typename I>
 __global__ void find_bad_kernel(const I* index, int64_t n, int64_t bound, bool has_ignore, int64_t ignore,
-                                unsigned long long* first) {
+                                unsigned long long* result) {
+  unsigned long long ignored = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t v = static_cast<int64_t>(index[i]);
-    if ((v < 0 || v >= bound) && !(has_ignore && v == ignore)) atomicMin(first, static_cast<unsigned long long>(i));
+    if (has_ignore && v == ignore) ++ignored;
+    else if (v < 0 || v >= bound) atomicMin(&result[0], static_cast<unsigned long long>(i));
   }
+  if (ignored != 0) atomicAdd(&result[1], ignored);  // integer atomics: the count is exact
 }
 
 template <typename I>
 struct FindBadIndexAs {
-  static std::optional<BadIndex> run(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
+  static IndexCheck run(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
     const int64_t n = index.numel();
-    if (n == 0) return std::nullopt;
+    if (n == 0) return {};
     const Device device = index.device();
-    DeviceScratch first(device, sizeof(unsigned long long));
+    DeviceScratch result(device, 2 * sizeof(unsigned long long));
     const unsigned long long none = ~0ull;
-    upload(device, first.as<unsigned long long>(), &none, 1);
+    const unsigned long long initial[2] = {none, 0};
+    upload(device, result.as<unsigned long long>(), initial, 2);
     {
       DeviceGuard guard(device);
       find_bad_kernel<I><<<grid_for(n), kThreads, 0, stream_of(index)>>>(static_cast<const I*>(index.raw_data()), n,
                                                                         bound, ignore.has_value(), ignore.value_or(0),
-                                                                        first.as<unsigned long long>());
+                                                                        result.as<unsigned long long>());
       check_launch("index check");
     }
-    unsigned long long position = 0;
-    download(device, &position, first.as<unsigned long long>(), 1);
-    if (position == none) return std::nullopt;
+    unsigned long long found[2] = {0, 0};
+    download(device, found, result.as<unsigned long long>(), 2);  // the one read back of a valid index
+    IndexCheck c;
+    c.ignored = static_cast<int64_t>(found[1]);
+    if (found[0] == none) return c;
     I value{};
-    download(device, &value, static_cast<const I*>(index.raw_data()) + position, 1);
-    return BadIndex{static_cast<int64_t>(position), static_cast<int64_t>(value)};
+    download(device, &value, static_cast<const I*>(index.raw_data()) + found[0], 1);  // only on the error path
+    c.bad = BadIndex{static_cast<int64_t>(found[0]), static_cast<int64_t>(value)};
+    return c;
   }
 };
 
-std::optional<BadIndex> find_bad_index_cuda(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
+IndexCheck find_bad_index_cuda(const Tensor& index, int64_t bound, std::optional<int64_t> ignore) {
   return dispatch_index(index.dtype(), "index check",
                         [&]<typename I>() { return FindBadIndexAs<I>::run(index, bound, ignore); });
 }
