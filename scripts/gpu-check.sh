@@ -2,6 +2,7 @@
 # The one-shot GPU check, run ON the lent H200 machine (device tool `run`), in about 8 minutes:
 #
 #   run  command: bash scripts/gpu-check.sh "$OUT"     carry: [".gpu-debs"]     timeout_s: 570
+#   run  command: bash scripts/gpu-check.sh --quick "$OUT"   (build + tests only: under 4 minutes)
 #
 # Before it, HERE: scripts/gpu-check-prepare.sh (downloads the Debian .debs into .gpu-debs/). The
 # machine has nvcc 13.0, CMake, ninja, Python 3.12 + PyTorch 2.11 and no package registry; the .debs
@@ -10,17 +11,21 @@
 # Phases (each under its own timeout, clipped to a global budget; a phase that fails or times out is
 # recorded and the next one runs; raw outputs go to a work dir, results and logs to the output dir):
 #   inventory      nvidia-smi, nvcc/CMake/torch versions, cuDNN/cuBLASLt/NCCL locations  -> env.json
-#   build          unpack .gpu-debs, configure (Release, Ninja, MIXTRAIN_CUDA=ON, sm_90) and build
-#                  mixtrain_tests, the mixtrain CLI and cuda_gemm_bench (when defined)      -> build.log
-#   tests          mixtrain_tests --gtest_filter='Cuda*:CachingAllocator*', then the
-#                  MIXTRAIN_CHECKED_SUITES of tests/CMakeLists.txt with MIXTRAIN_TEST_DEVICE=cuda
+#   build          unpack .gpu-debs, configure (Release, Ninja, MIXTRAIN_CUDA=ON, MIXTRAIN_MPI=OFF, sm_90)
+#                  and build mixtrain_tests, the mixtrain CLI and cuda_gemm_bench           -> build.log
+#   tests          1. the CUDA-vs-CPU tests: mixtrain_tests --gtest_filter='Cuda*:CachingAllocator*'
+#                  2. placement on cuda: the *Placement* suites with MIXTRAIN_PLACEMENT_DEVICE=cuda
+#                     (every model built on the CPU, moved with .to(cuda), default device left alone)
+#                  3. the device-generic suites (MIXTRAIN_CHECKED_SUITES of tests/CMakeLists.txt, less
+#                     MIXTRAIN_CUDA_SKIPPED_SUITES) with MIXTRAIN_TEST_DEVICE=cuda
 #                                                                                -> tests.log, tests.json
 #   gemm           cuda_gemm_bench --json, bench/gpu/torch_gemm.py          -> bench.json, torch.json
 #   mixtrain_gpt   mixtrain bench --device cuda --model gpt-small --precision fp32|bf16|fp16 --json
 #   torch_eager    bench/gpu/torch_gpt.py (fp32 TF32-off, bf16 autocast, fp16 autocast + GradScaler)
 #   torch_compile  the same under torch.compile (bf16), in a child process under a hard timeout
-# then bench/gpu/gpu_summary.py writes summary.json (per phase: status, rc, seconds, headline; the
-# issue's targets with PASS/FAIL) and prints the table last. At most 8 files land in the output dir:
+# After every phase bench/gpu/gpu_summary.py rewrites summary.json and the JSON files from what exists
+# so far (a check cut short still leaves its results), and at the end prints the table: per phase
+# status, rc, seconds, headline; the issue's targets with PASS/FAIL. At most 8 files land in the output dir:
 # summary.json env.json build.log tests.log tests.json bench.log bench.json torch.json; logs are cut
 # to their first 256 KiB + last 1.75 MiB.
 #
@@ -35,12 +40,18 @@
 #   MT_TORCH_COMPILE_PRECISIONS=bf16
 #   MT_GPU_DEPS_PREFIX=/tmp/mtdeps MT_GPU_BUILD_DIR=/tmp/mtbuild MT_GPU_WORK_DIR=/tmp/mtgpu-work
 #   MT_GPU_DEBS=<repo>/.gpu-debs  MT_PYTHON=python3  MT_GPU_CHECK_JOBS=<nproc>
+# --quick: MT_GPU_CHECK_PHASES=inventory,build,tests and only the test binary is built.
 # Exit status: 0 when every phase ended ok (or was skipped for want of a GPU), else 1; 2 on bad usage.
 set -u
 set -o pipefail
 
+QUICK=0
+if [[ "${1:-}" == --quick ]]; then
+  QUICK=1
+  shift
+fi
 if (($# != 1)) || [[ "$1" == -* ]]; then
-  echo "usage: scripts/gpu-check.sh OUTPUT_DIR" >&2
+  echo "usage: scripts/gpu-check.sh [--quick] OUTPUT_DIR" >&2
   exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -54,6 +65,7 @@ WORK="${MT_GPU_WORK_DIR:-/tmp/mtgpu-work}"
 DEBS="${MT_GPU_DEBS:-$ROOT/.gpu-debs}"
 BUDGET="${MT_GPU_CHECK_BUDGET:-480}"
 PHASES="${MT_GPU_CHECK_PHASES:-inventory,build,tests,gemm,mixtrain,torch,compile}"
+((QUICK)) && PHASES=inventory,build,tests
 SKIP_BUILD="${MT_GPU_CHECK_SKIP_BUILD:-0}"
 CONFIGURE_ONLY="${MT_GPU_CHECK_CONFIGURE_ONLY:-0}"
 CUDA_MODE="${MT_GPU_CHECK_CUDA:-ON}"
@@ -116,12 +128,15 @@ runs_status() {
     echo fail
   fi
 }
-# record PHASE STATUS RC START_MS NOTE: one line of WORK/phases.tsv (read by gpu_summary.py).
+# record PHASE STATUS RC START_MS NOTE: one line of WORK/phases.tsv (read by gpu_summary.py), then the
+# output files rewritten from everything so far, so that a check cut short keeps its results.
 record() {
   local note
   note="$(printf '%s' "${5:-}" | tr '\t\r\n' '   ' | cut -c1-400)"
   printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(($(now_ms) - $4))" "$note" >>"$WORK/phases.tsv"
   say "phase $1: $2 (rc $3)${note:+ - $note}"
+  timeout 30 "$PY" bench/gpu/gpu_summary.py summary --work "$WORK" --out "$OUT" --budget "$BUDGET" --quiet \
+    >/dev/null 2>>"$BENCH_LOG" || true
 }
 # run_to SECONDS LOG CMD...: CMD with stdout and stderr appended to LOG, killed (with its process
 # group) after SECONDS; sets RC (124 or 137 on timeout).
@@ -238,6 +253,8 @@ for d in "$CUDNN_LIBDIR_HINT" "$NCCL_LIBDIR_HINT"; do  # last: the toolkit's own
 done
 export OPENCLROOT="$PREFIX/usr"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
+# The device-generic suites include the checked device's own tests (Device*).
+export MIXTRAIN_CHECKED_DEVICE=1
 export PYTHONUNBUFFERED=1
 
 # --- b. unpack, configure, build -------------------------------------------------------------------
@@ -262,7 +279,7 @@ do_build() {
       tee -a "$BUILD_LOG"
   fi
   args=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXTRAIN_CUDA="$CUDA_MODE"
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DMIXTRAIN_BUILD_EXAMPLES=OFF -DMIXTRAIN_BUILD_BENCH=ON
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMIXTRAIN_MPI=OFF -DMIXTRAIN_BUILD_EXAMPLES=OFF -DMIXTRAIN_BUILD_BENCH=ON
     -DMIXTRAIN_BUILD_CLI=ON -DMIXTRAIN_BUILD_TESTS=ON
     -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DZLIB_ROOT="$PREFIX/usr" -DOPENCLROOT="$PREFIX/usr"
     # Debian's package configs are read by whatever CMake the machine has (pip's may be 4.x).
@@ -292,9 +309,10 @@ do_build() {
   fi
   all="$(cmake --build "$BUILD" --target help 2>/dev/null | sed -n 's/^\([A-Za-z0-9_.+-]*\): .*/\1/p')"
   for t in mixtrain_tests mixtrain_cli; do
+    ((QUICK)) && [[ "$t" != mixtrain_tests ]] && continue
     grep -qx "$t" <<<"$all" && targets+=("$t")
   done
-  while read -r t; do [[ -n "$t" ]] && targets+=("$t"); done < <(grep -E '(^|_)cuda_gemm_bench$' <<<"$all")
+  ((QUICK)) || while read -r t; do [[ -n "$t" ]] && targets+=("$t"); done < <(grep -E '(^|_)cuda_gemm_bench$' <<<"$all")
   ((${#targets[@]})) || targets=(all)
   say "building ${targets[*]} with $JOBS jobs"
   local tb
@@ -330,21 +348,30 @@ if want tests; then
   elif (($(left_s) - RESERVE_TORCH < 10)); then
     record tests skipped 0 "$t0" "budget spent"
   else
-    phase_cap="$(cap_res 80 "$RESERVE_TORCH")"
+    phase_cap="$(cap_res 150 "$RESERVE_TORCH")"
     run_to "$(min 45 "$phase_cap")" "$WORK/tests_cuda.log" "$TEST_BIN" \
       --gtest_filter='Cuda*:CachingAllocator*' --gtest_output="json:$WORK/gtest_cuda.json"
     rc1=$RC
-    checked="$("$PY" bench/gpu/gpu_summary.py checked-filter tests/CMakeLists.txt 2>>"$TESTS_LOG")" ||
+    say "CUDA-vs-CPU tests: rc $rc1"
+    run_to "$(min 60 "$((phase_cap - $(since_s "$t0")))")" "$WORK/tests_placement.log" \
+      env MIXTRAIN_PLACEMENT_DEVICE=cuda "$TEST_BIN" --gtest_filter='*Placement*' \
+      --gtest_output="json:$WORK/gtest_placement.json"
+    rc2=$RC
+    say "placement on cuda: rc $rc2"
+    checked="$("$PY" bench/gpu/gpu_summary.py checked-filter --cuda tests/CMakeLists.txt 2>>"$TESTS_LOG")" ||
       checked='Tensor.*:Matmul.*:Elementwise*:LayerNorm.*:Softmax.*:CrossEntropy.*:Embedding.*:Attention.*:GradScaler*:Adam.*'
     run_to "$((phase_cap - $(since_s "$t0")))" "$WORK/tests_checked.log" env MIXTRAIN_TEST_DEVICE=cuda \
       "$TEST_BIN" --gtest_filter="$checked" --gtest_output="json:$WORK/gtest_checked.json"
-    rc2=$RC
-    for f in tests_cuda tests_checked; do
+    rc3=$RC
+    for f in tests_cuda tests_placement tests_checked; do
       printf '\n===== %s =====\n' "$f" >>"$TESTS_LOG"
       cat "$WORK/$f.log" >>"$TESTS_LOG"
     done
-    if ((rc1 == 0 && rc2 == 0)); then st=ok; elif [[ "$rc1 $rc2" =~ (124|137) ]]; then st=timeout; else st=fail; fi
-    record tests "$st" "$((rc1 != 0 ? rc1 : rc2))" "$t0" "Cuda*:CachingAllocator* rc $rc1; checked suites on cuda rc $rc2"
+    if ((rc1 == 0 && rc2 == 0 && rc3 == 0)); then st=ok; elif [[ "$rc1 $rc2 $rc3" =~ (124|137) ]]; then st=timeout; else st=fail; fi
+    worst=$rc1
+    ((worst == 0)) && worst=$rc2
+    ((worst == 0)) && worst=$rc3
+    record tests "$st" "$worst" "$t0" "Cuda*:CachingAllocator* rc $rc1; placement on cuda rc $rc2; device-generic suites on cuda rc $rc3"
   fi
 fi
 

@@ -10,9 +10,10 @@ except in a child process of `env` with a timeout).
       are: the toolkit's lib dirs, the loader cache (ldconfig -p), torch's lib dir and the NVIDIA
       wheels under site-packages/nvidia/*/lib. --hints writes KEY=VALUE lines (CUDNN_ROOT,
       CUDNN_LIBDIR, NCCL_ROOT, NCCL_LIBDIR) that the check passes to CMake and the loader.
-  gpu_summary.py checked-filter tests/CMakeLists.txt
-      prints the gtest filter of MIXTRAIN_CHECKED_SUITES (the string(CONCAT ...) literals joined).
-  gpu_summary.py summary --work WORK --out OUT [--budget S]
+  gpu_summary.py checked-filter [--cuda] tests/CMakeLists.txt
+      prints the gtest filter of MIXTRAIN_CHECKED_SUITES (the string(CONCAT ...) literals joined); with
+      --cuda, the suites of MIXTRAIN_CUDA_SKIPPED_SUITES are excluded as well.
+  gpu_summary.py summary --work WORK --out OUT [--budget S] [--quiet]
       reads WORK/phases.tsv (name, status, rc, milliseconds, note per phase) and each phase's raw
       output in WORK, writes OUT/summary.json, OUT/tests.json (the gtest JSON reports), OUT/bench.json
       (mixtrain: cuda_gemm_bench and `mixtrain bench` runs), OUT/torch.json (torch_gemm.py and
@@ -209,22 +210,32 @@ def nvcc_version(env):
 # checked-filter
 
 
-def cmd_checked_filter(a):
-    with open(a.cmakelists) as f:
-        text = f.read()
-    m = re.search(r"string\(\s*CONCAT\s+MIXTRAIN_CHECKED_SUITES", text)
+def concat_literals(text, name):
+    """The string(CONCAT NAME "..." ...) literals of a CMake file, joined; None when NAME is absent."""
+    m = re.search(r"string\(\s*CONCAT\s+%s\b" % re.escape(name), text)
     if not m:
-        print("MIXTRAIN_CHECKED_SUITES not found in %s" % a.cmakelists, file=sys.stderr)
-        return 1
+        return None
     parts = []
     for tok in re.finditer(r'"((?:[^"\\]|\\.)*)"|#[^\n]*|\)', text[m.end():]):
         if tok.group(0) == ")":
             break
         if tok.group(1) is not None:
             parts.append(tok.group(1))
-    flt = "".join(parts)
+    return "".join(parts)
+
+
+def cmd_checked_filter(a):
+    with open(a.cmakelists) as f:
+        text = f.read()
+    flt = concat_literals(text, "MIXTRAIN_CHECKED_SUITES")
     if not flt:
+        print("MIXTRAIN_CHECKED_SUITES not found in %s" % a.cmakelists, file=sys.stderr)
         return 1
+    if a.cuda:
+        skipped = concat_literals(text, "MIXTRAIN_CUDA_SKIPPED_SUITES")
+        if skipped:
+            # gtest: "positive[-negative]"; the negatives are one ':'-separated list after the '-'.
+            flt += (":" if "-" in flt else "-") + skipped
     print(flt)
     return 0
 
@@ -435,7 +446,9 @@ def cmd_summary(a):
     # tests
     tests = {}
     reports = {}
-    for key, label in (("cuda", "Cuda*:CachingAllocator* (CPU)"), ("checked", "checked suites on MIXTRAIN_TEST_DEVICE=cuda")):
+    for key, label in (("cuda", "Cuda*:CachingAllocator* (CPU)"),
+                       ("placement", "*Placement* on MIXTRAIN_PLACEMENT_DEVICE=cuda"),
+                       ("checked", "checked suites on MIXTRAIN_TEST_DEVICE=cuda")):
         counts, rep = gtest_counts(os.path.join(work, "gtest_%s.json" % key), os.path.join(work, "tests_%s.log" % key))
         if counts is not None:
             counts["filter"] = label
@@ -511,6 +524,8 @@ def cmd_summary(a):
         else 100.0 * th_gemm["bf16"]["square_tflops"] / PEAK,
         "torch bf16 GEMMs GPT shapes % of 790": None if (th_gemm.get("bf16") or {}).get("shapes_tflops") is None
         else 100.0 * th_gemm["bf16"]["shapes_tflops"] / PEAK,
+        "mixtrain bf16 host waits per step (loss, index checks, inf check)":
+            ((mt_gpt.get("bf16") or {}).get("host_waits_per_step") or {}).get("total"),
     }
 
     # phase headlines
@@ -522,7 +537,7 @@ def cmd_summary(a):
     if "build" in phases and phases["build"]["status"] not in ("ok", "skipped", "no-gpu"):
         heads["build"] = first_error(read_text(os.path.join(outdir, "build.log")))
     parts = []
-    for key, label in (("cuda", "Cuda*"), ("checked", "checked@cuda")):
+    for key, label in (("cuda", "Cuda*"), ("placement", "placement@cuda"), ("checked", "checked@cuda")):
         c = tests.get(key)
         if c and c["total"] == 0:
             parts.append("%s: no tests ran%s" % (label, " (%s)" % c["error"][:100] if c.get("error") else ""))
@@ -584,14 +599,15 @@ def cmd_summary(a):
     }
     with open(os.path.join(outdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    print_table(summary, gpu)
+    if not a.quiet:
+        print_table(summary, gpu)
     return 0
 
 
 def slim(r):
     keys = ("status", "error", "reason", "step_ms_median", "tokens_per_s", "tflops", "tflops_causal", "pct_of_790",
             "peak_bytes", "device_peak_bytes", "peak_gib", "batch_size", "compile_s", "samples_per_sec", "gflops",
-            "optimizer", "flops_formula")
+            "optimizer", "flops_formula", "host_waits_per_step")
     return {k: r[k] for k in keys if k in r}
 
 
@@ -671,11 +687,13 @@ def main():
     e.add_argument("--nvidia-smi", default="")
     e.add_argument("--hints", default="")
     c = sub.add_parser("checked-filter")
+    c.add_argument("--cuda", action="store_true", help="exclude MIXTRAIN_CUDA_SKIPPED_SUITES")
     c.add_argument("cmakelists")
     s = sub.add_parser("summary")
     s.add_argument("--work", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--budget", type=float, default=None)
+    s.add_argument("--quiet", action="store_true", help="write the files only, print no table")
     a = p.parse_args()
     return {"env": cmd_env, "checked-filter": cmd_checked_filter, "summary": cmd_summary}[a.cmd](a)
 

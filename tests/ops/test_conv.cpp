@@ -57,6 +57,9 @@ Shape out_shape(const ConvCase& c) {
 class ConvModes : public GemmModeTest {};
 INSTANTIATE_TEST_SUITE_P(Modes, ConvModes, ::testing::ValuesIn(kGemmModes), gemm_mode_name);
 
+// A tensor's values on the host (undefined stays undefined), for the reference loops.
+Tensor on_host(const Tensor& t) { return t.defined() ? t.detach().to(Device{}) : Tensor(); }
+
 // Sets the batch-chunk budget of the oneDNN kernels for one scope.
 class ChunkBytesGuard {
  public:
@@ -79,8 +82,10 @@ void check_against_reference(const ConvCase& c, const GemmMode& m, bool with_bia
   ASSERT_EQ(y.shape(), out_shape(c));
   EXPECT_EQ(y.dtype(), m.dtype);
   const auto g = geometry(c.o);
+  // The fp64 reference loops run on the host: device operands are copied there first.
+  const Tensor hx = on_host(x), hw = on_host(w), hb = on_host(b);
   Tensor y_ref = Tensor::empty(y.shape(), kFloat64);
-  kernels::ref::conv2d_forward(x, w, b, y_ref, g);
+  kernels::ref::conv2d_forward(hx, hw, hb, y_ref, g);
   EXPECT_CLOSE(y, y_ref, gemm_tol(m.dtype));
   if (!y.requires_grad()) return;
 
@@ -88,8 +93,8 @@ void check_against_reference(const ConvCase& c, const GemmMode& m, bool with_bia
   y.backward(gy);
   Tensor gx_ref = Tensor::empty(c.x, kFloat64), gw_ref = Tensor::empty(c.w, kFloat64);
   Tensor gb_ref = with_bias ? Tensor::empty({c.w[0]}, kFloat64) : Tensor();
-  kernels::ref::conv2d_backward_data(gy, w, gx_ref, g);
-  kernels::ref::conv2d_backward_weights(gy, x, gw_ref, gb_ref, g);
+  kernels::ref::conv2d_backward_data(on_host(gy), hw, gx_ref, g);
+  kernels::ref::conv2d_backward_weights(on_host(gy), hx, gw_ref, gb_ref, g);
   EXPECT_EQ(x.grad().defined(), grad_x);
   EXPECT_EQ(w.grad().defined(), grad_w);
   if (grad_x) {
@@ -197,7 +202,7 @@ TEST(Conv2d, NonContiguousAndUnbatchedInputs) {
   Tensor w = uniform_input({4, 8, 3, 3}, kFloat32, 6);
   F::Conv2dOptions o{.padding_h = 1, .padding_w = 1};
   Tensor expected = Tensor::empty({2, 4, 9, 9}, kFloat64);
-  kernels::ref::conv2d_forward(x, w, Tensor(), expected, geometry(o));
+  kernels::ref::conv2d_forward(on_host(x), on_host(w), Tensor(), expected, geometry(o));
   EXPECT_CLOSE(F::conv2d(x, w, Tensor(), o), expected, kGemmFp32);
   // [C, H, W] -> [O, Ho, Wo]
   Tensor y3 = F::conv2d(x.select(0, 1), w, Tensor(), o);

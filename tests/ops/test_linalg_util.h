@@ -25,7 +25,11 @@ inline Tensor uniform_input(const Shape& shape, DType dtype, uint64_t seed) {
 }
 
 // NumPy matmul through the reference loop, in fp64 (1-D operands and broadcast batch dims).
-inline Tensor ref_matmul(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
+// The fp64 oracle runs on the host: device operands are copied there first (the scalar loops read
+// memory directly, which a GPU's memory is not).
+inline Tensor ref_matmul(const Tensor& a_any, const Tensor& b_any, const Tensor& bias_any = Tensor()) {
+  const Tensor a = a_any.detach().to(Device{}), b = b_any.detach().to(Device{});
+  const Tensor bias = bias_any.defined() ? bias_any.detach().to(Device{}) : Tensor();
   Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
   Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
   Shape batch_a(std::span<const int64_t>(a2.shape().begin(), a2.dim() - 2));
