@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "cuda/cuda_test_helpers.h"
 #include "kernels/dispatch.h"
+#include "kernels/elementwise.h"
 #include "kernels/linalg.h"
 #include "kernels/shape_ops.h"
 #include "mixtrain/mixtrain.h"
@@ -194,6 +195,26 @@ TEST(CudaElementwise, VectorisedAndStridedPathsAgree) {
                  "exp, vectorised");
     expect_close(mt::exp(ga.narrow(0, 1, 1027)), mt::exp(a.narrow(0, 1, 1027)), mt::testing::cuda_vs_cpu_rounded(dt),
                  "exp, strided");
+  }
+}
+
+// gelu_linear's backward: gelu(x) and its input gradient from one erf per element, the values of the
+// separate forward and backward kernels on the same device, and the CPU's to rounding.
+TEST(CudaElementwise, GeluForwardAndBackwardInOnePassMatchTheSeparateKernels) {
+  MT_REQUIRE_GPU();
+  mt::Generator g(19);
+  for (mt::DType dt : kFloating) {
+    SCOPED_TRACE(mt::name(dt));
+    const mt::Tensor x = (mt::randn({3, 333}, {}, &g) * 3.0).to(dt), gy = mt::randn({3, 333}, {}, &g).to(dt);
+    const mt::Tensor gx_dev = x.to(kGpu), ggy = gy.to(kGpu);
+    mt::Tensor y = mt::Tensor::empty(x.shape(), dt, kGpu), gin = ggy.clone();
+    mt::kernels::gelu_forward_backward_kernel()(kGpu, dt)(y, gin, gin, gx_dev);  // grad_in aliases grad_out
+    mt::Tensor y2 = mt::Tensor::empty(x.shape(), dt, kGpu), gin2 = mt::Tensor::empty(x.shape(), dt, kGpu);
+    mt::kernels::unary_kernel(mt::kernels::UnaryOp::k_gelu)(kGpu, dt)(y2, gx_dev, {});
+    mt::kernels::unary_backward_kernel(mt::kernels::UnaryOp::k_gelu)(kGpu, dt)(gin2, ggy, gx_dev, {});
+    EXPECT_EQ(bytes_of(y), bytes_of(y2));
+    EXPECT_EQ(bytes_of(gin), bytes_of(gin2));
+    expect_close(y, mt::gelu(x), mt::testing::cuda_vs_cpu_rounded(dt), "gelu");
   }
 }
 

@@ -155,6 +155,29 @@ struct Unary {
   };
 };
 
+// ---- gelu's forward and input gradient in one pass (kernels/elementwise.h): one erf per element,
+// the same expressions as gelu_op's forward and backward, so the same values as the two kernels.
+// grad_in may alias grad_out: each thread reads its element before writing it.
+template <typename T>
+struct GeluForwardBackward {
+  static void run(const Tensor& y, const Tensor& grad_in, const Tensor& grad_out, const Tensor& x) {
+    using D = dev_t<T>;
+    using C = opmath_t<D>;
+    D* py = static_cast<D*>(y.raw_data());
+    D* pgi = static_cast<D*>(grad_in.raw_data());
+    const D* pgo = static_cast<const D*>(grad_out.raw_data());
+    const D* px = static_cast<const D*>(x.raw_data());
+    for_each_index(y.device(), y.numel(), [=] __device__(int64_t i) {
+      const C v = load(px + i), g = load(pgo + i);
+      const C e = erf(v * C(0.70710678118654752440));
+      const C cdf = C(0.5) * (C(1) + e);
+      const C pdf = exp(C(-0.5) * v * v) * C(0.39894228040143267794);
+      py[i] = round_to<D>(C(0.5) * v * (C(1) + e));
+      pgi[i] = round_to<D>(g * (cdf + v * pdf));
+    }, "gelu forward and backward");
+  }
+};
+
 // ---- binary and ternary: out = f(a, b) / f(g, a, b), one rounding.
 struct AddOp {
   template <typename C>
@@ -280,6 +303,7 @@ void register_cuda_elementwise(const Registry& r) {
   r.floating<Ternary<DivGradB>::Kernel>(ternary_tables[static_cast<int>(TernaryOp::kDivGradB)]);
   r.floating<Ternary<PowGradBase>::Kernel>(ternary_tables[static_cast<int>(TernaryOp::kPowGradBase)]);
   r.floating<Ternary<PowGradExponent>::Kernel>(ternary_tables[static_cast<int>(TernaryOp::kPowGradExponent)]);
+  r.floating<GeluForwardBackward>(gelu_forward_backward_table);
   r.all_dtypes<Where>(where_table);
   r.all_dtypes<MaskedFill>(masked_fill_table);
   r.all_dtypes<Eq>(eq_table);
