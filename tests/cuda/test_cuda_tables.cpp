@@ -88,6 +88,28 @@ TEST(CudaSums, BroadcastGradientsSumToTheCpusValues) {
   }
 }
 
+// ---- cuBLASLt with operands that start mid-vector: the algorithm is chosen for the actual alignment
+// (a kernel picked for 16-byte operands could fault on these and poison the context for every later
+// call), and is cached under it, so an aligned product of the same shape afterwards still works.
+TEST(CudaMatmul, MisalignedViewsPickAnAlgorithmThatTakesThem) {
+  MT_REQUIRE_GPU();
+  mt::Generator g(20);
+  for (mt::DType dt : {mt::kBFloat16, mt::kFloat16, mt::kFloat32}) {
+    SCOPED_TRACE(mt::name(dt));
+    const mt::Tensor a_big = mt::randn({64, 97}, {}, &g).to(dt), b_big = mt::randn({97, 65}, {}, &g).to(dt);
+    const mt::Tensor a_gpu = a_big.to(kGpu), b_gpu = b_big.to(kGpu);
+    for (int64_t offset : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+      // Columns offset..offset+95 of a, rows offset..offset+95 of b, as views of the device tensors:
+      // the first element 2-12 bytes past a 16-byte boundary, the leading dimensions odd (97, 65).
+      const mt::Tensor a = a_big.narrow(1, offset, 96), b = b_big.narrow(0, offset, 96).narrow(1, 0, 64);
+      expect_close(mt::matmul(a_gpu.narrow(1, offset, 96), b_gpu.narrow(0, offset, 96).narrow(1, 0, 64)),
+                   mt::matmul(a, b), mt::testing::cuda_gemm(dt), "misaligned");
+    }
+    const mt::Tensor a = a_big.narrow(1, 0, 96).contiguous(), b = b_big.narrow(0, 0, 96).narrow(1, 0, 64).contiguous();
+    expect_close(mt::matmul(a.to(kGpu), b.to(kGpu)), mt::matmul(a, b), mt::testing::cuda_gemm(dt), "aligned after");
+  }
+}
+
 // ---- gather and scatter by index
 TEST(CudaIndex, EmbeddingAndIndexSelectForwardAndBackwardMatchTheCpu) {
   MT_REQUIRE_GPU();
@@ -253,7 +275,7 @@ const std::set<std::string>& covered_ops() {
       "where", "masked_fill", "eq", "gt", "lt",                               // CudaElementwise.Selection...
       "sum", "amax", "argmax",                                                // CudaReduce
       "sum_rows", "sum_to_size",                                              // CudaSums
-      "matmul", "matmul (fp32 route)", "matmul route",                        // CudaMatmul
+      "matmul", "matmul (fp32 route)", "matmul route",                        // CudaMatmul, CudaSums
       "softmax", "softmax_backward", "layer_norm", "layer_norm_backward", "dropout", "dropout_backward",
       "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",  // CudaNn
       "scaled_dot_product_attention", "scaled_dot_product_attention_backward",  // CudaAttention
