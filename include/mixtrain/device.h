@@ -64,12 +64,11 @@ const char* device_type_name(DeviceType t);
 Device parse_device(std::string_view text);
 
 // How often the host has waited on devices of `device`'s type since the process started (summed over
-// the devices of the type): copies to the host (each
-// waits for the work queued before it), copies from the host (they return when the bytes have
-// arrived), explicit synchronisations, and kernels that return a value to the host (a count, an
-// index, a norm: on a GPU each is a copy back). The CPU has no device to wait for: all zero there.
-// The checked device and the CUDA backend count them; the difference across a training step is
-// what the step costs in synchronisations (docs/notes/backends.md).
+// the devices of the type): copies to the host (each waits for the work queued before it), copies
+// from the host (they return when the bytes have arrived), explicit synchronisations, and kernels
+// that return a value to the host (a count, an index, a norm: on a GPU each is a copy back). The CPU
+// has no device to wait for: all zero there. The checked device and the CUDA backend count them; the
+// difference across a training step is what the step costs in host waits (docs/notes/backends.md).
 struct SyncCounts {
   int64_t to_host = 0;
   int64_t from_host = 0;
