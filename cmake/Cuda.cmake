@@ -65,3 +65,6 @@ elseif(_mt_cuda_mode STREQUAL "ON")
 else()
   message(STATUS "mixtrain: CUDA backend OFF (${_mt_cuda_why})")
 endif()
+
+# cuDNN (conv2d's kernels), only with the CUDA backend: MIXTRAIN_CUDNN=AUTO|ON|OFF -> MIXTRAIN_WITH_CUDNN.
+include(${CMAKE_CURRENT_LIST_DIR}/Cudnn.cmake)

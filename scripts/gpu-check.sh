@@ -349,7 +349,7 @@ if want tests; then
     record tests skipped 0 "$t0" "budget spent"
   else
     phase_cap="$(cap_res 150 "$RESERVE_TORCH")"
-    run_to "$(min 45 "$phase_cap")" "$WORK/tests_cuda.log" "$TEST_BIN" \
+    run_to "$(min 75 "$phase_cap")" "$WORK/tests_cuda.log" "$TEST_BIN" \
       --gtest_filter='Cuda*:CachingAllocator*' --gtest_output="json:$WORK/gtest_cuda.json"
     rc1=$RC
     say "CUDA-vs-CPU tests: rc $rc1"

@@ -15,6 +15,9 @@ void register_cuda(Registry& registry) {
   cuda::register_cuda_batch_norm(registry);
   cuda::register_cuda_shape_ops(registry);
   cuda::register_cuda_attention(registry);
+#if MIXTRAIN_WITH_CUDNN
+  cuda::register_cuda_conv(registry);
+#endif
 }
 
 }  // namespace mixtrain::kernels
