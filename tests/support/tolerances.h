@@ -123,4 +123,112 @@ constexpr Tolerance cuda_gemm(DType dtype) {
   }
 }
 
+// conv2d on CUDA (cuDNN, src/kernels/cuda/conv_cudnn.cpp) against the CPU (oneDNN; fp64: the
+// reference loops), compared element by element as |gpu - cpu| <= rtol * |cpu| + atol * max|cpu|:
+// the absolute part is a fraction of the compared tensor's largest magnitude
+// (tests/cuda/test_cuda_conv.cpp), because every value is a sum of K products whose rounding error
+// follows the size of its terms, not of the sum, which can cancel to ~0. K = C/groups * kh * kw
+// forward, O/groups * kh * kw for the input gradient, N * Ho * Wo for the weight and bias gradients
+// (up to 16 * 28 * 28 = 12544 in the tests). Both devices accumulate in fp32 (fp64 for fp64) in
+// different orders (cuDNN's implicit-GEMM tiles and split reductions, oneDNN's blocked loops).
+// fp32: the order-dependent error of a sum of K unit-variance terms is a random walk of K roundings of
+// partial sums of size ~sqrt(k), about 2^-24 * K / sqrt(2), against a largest |sum| of ~3.5 sqrt(K)
+// over a tensor: 1.6e-6 of the largest value at K = 12544. atol 1e-4 leaves a factor of 60 and still
+// fails TF32 (operands kept to 11 significant bits: 1e-4 to 1e-3 of the largest value on typical
+// elements, kCudaConvTf32), the check that fp32 stays fp32 unless TF32 is allowed. rtol 1e-5: a few
+// fp32 ulps.
+inline constexpr Tolerance kCudaConvFp32{1e-5, 1e-4};
+// 16-bit: both devices sum in fp32 (the fp32 part above) and round each value once to the storage
+// type, so two values straddling a rounding boundary land one 16-bit ulp apart: up to 2^-7 relative
+// for bf16 (8 significant bits, a value just above a power of two) and 2^-10 for fp16. This is also
+// the check that cuDNN accumulates 16-bit weight gradients in fp32: a sum of 3136 or 12544 terms kept
+// in bf16 would be off by ~sqrt(K) * 2^-9 of its size, 10% and more.
+inline constexpr Tolerance kCudaConvBf16{1.0 / 128, 1e-4};
+inline constexpr Tolerance kCudaConvFp16{1.0 / 1024, 1e-4};
+// 16-bit forward with a bias: the GPU rounds the convolution's value before adding the bias (as
+// PyTorch's cuDNN path does) where the CPU rounds the biased sum once, which adds half an ulp of the
+// convolution's value, at most 2^-8 (bf16) or 2^-11 (fp16) of |conv| <= max|y| + max|bias|. The tests
+// keep max|bias| <= max|y| / 2 (and assert it), so that is at most 1.5 * 2^-8 (1.5 * 2^-11) of max|y|;
+// with the fp32 part (1e-4) an atol of 2^-7 (2^-10) of max|y| covers it.
+inline constexpr Tolerance kCudaConvBiasBf16{1.0 / 128, 1.0 / 128};
+inline constexpr Tolerance kCudaConvBiasFp16{1.0 / 1024, 1.0 / 1024};
+// fp64: sums of up to 12544 products in fp64 in different orders, ~1e-14 of the largest value by the
+// fp32 argument with 2^-53; 1e-10 leaves a wide margin.
+inline constexpr Tolerance kCudaConvFp64{1e-10, 1e-10};
+// fp32 with TF32 allowed (mt::cuda::set_allow_tf32(true)): where cuDNN picks TF32 kernels, each
+// operand keeps 11 significant bits: relative error up to 2^-11 when rounded, 2^-10 when truncated.
+// Truncation shrinks every product by ~2^-10 on average, up to ~1e-3 of the sum itself; the rest is
+// random, ~2^-10 / sqrt(6) * sqrt(K) term sizes: ~1e-4 of the largest value on a typical element,
+// ~5e-4 at 4.5 standard deviations. Worst case ~1.5e-3 of the largest value; atol 3e-3 leaves a
+// factor of 2.
+inline constexpr Tolerance kCudaConvTf32{1e-5, 3e-3};
+
+// The CNN of the CLI (tools/mixtrain/models.h) trained 3 AdamW steps (lr 1e-3) in fp32 from the same
+// weights and batch on CUDA and on the CPU. The first loss comes from identical weights (fp32
+// summation order only: ~1e-6 relative). AdamW's early updates are nearly sign(gradient) * lr on both
+// devices, so the weights stay equal up to fp32 rounding except where a gradient within rounding of 0
+// flips sign, which moves that weight by 2 lr but changes the loss only by that tiny gradient times
+// 2 lr. Stated bound on each step's loss: 1e-3 relative, a factor of ~100 over those effects (the
+// placement suite allows 1% over 4 fp32 steps of every model).
+inline constexpr Tolerance kCudaCnnTrainingLoss{1e-3, 0.0};
+
+// ---- CUDA fused attention against the CPU's (tests/cuda/test_cuda_attention.cpp), element by element:
+//   |gpu - cpu| <= rtol * |cpu| + term * M + atol + term_atol * n * max|x|
+// M is the magnitude sum of the element's terms, computed by the test in fp64 from the exact
+// probabilities P (dP = gout v^T, delta = rowsum(P dP)):
+//   out[t]: sum_s P[t,s] |v[s]|            lse[t]: scale sum_s P[t,s] sum_f |q[t,f]| |k[s,f]|
+//   gv[s]:  sum_t P[t,s] |gout[t]|         gq[t]:  scale sum_s P[t,s] (|dP[t,s]| + |delta[t]|) |k[s]|
+//                                          gk[s]:  scale sum_t P[t,s] (|dP[t,s]| + |delta[t]|) |q[t]|
+// (gq's and gk's weights bound |dS| = scale P |dP - delta|). An element is a sum of signed terms that
+// can cancel to ~0 while each term keeps its own error, so the error is bounded by a fraction of M
+// (>= |element| for all but lse), not of the element. n is the number of terms (S for out and gq, T
+// for gk and gv) and max|x| the bound of the test's inputs.
+struct AttentionTolerance {
+  double rtol;       // of |cpu|: each device rounds its own 16-bit output once (a flip = one ulp)
+  double term;       // of M: the relative error of each term
+  double atol;       // absolute floor (elements whose M is ~0)
+  double term_atol;  // absolute error of each 16-bit term where relative rounding does not hold (fp16 subnormals)
+};
+
+// fp32 reassociation, the same on every path: each score is a dot product of D <= 128 terms summed in
+// another order on each device (a random walk of roundings: ~sqrt(D) * 2^-24 of a score magnitude
+// scale * sum|q||k| of ~12 for the tests' unit-normal inputs, ~1e-5), which exp turns into the same
+// relative error of P, doubled by lse's own; the P-weighted sums over <= 130 terms add ~sqrt(130) *
+// 2^-24 ~ 1e-6 of M. Twice ~2e-5 per device: 1e-4 of M covers it (a kernel indexing error is O(1) of M).
+inline constexpr double kCudaAttentionFp32Terms = 1e-4;
+// The tensor-core kernels (bf16, fp16; src/kernels/cuda/attention_flash.cu) round P to 16 bits before
+// P v and P^T gout, and dS = scale P (dP - delta) before dS k and dS^T q, as FlashAttention does; the
+// CPU keeps them in fp32. Round to nearest moves each term by at most half an ulp, u = 2^-8 (bf16, 8
+// significand bits) or 2^-11 (fp16) of itself: an element moves by at most u * sum |term| <= u * M
+// (worst case: every rounding the same way; random ones average out to ~u * sqrt(sum term^2)).
+inline constexpr double kCudaFlashAttentionBf16Terms = 1.0 / 256;
+inline constexpr double kCudaFlashAttentionFp16Terms = 1.0 / 2048;
+// fp16 terms below 2^-14 (subnormal) are rounded to a multiple of 2^-24 instead: an absolute error up
+// to 2^-25 each, at most 2^-25 * n * max|x| per element (P <= 1 is the only factor rounded: the forward's
+// unnormalised probabilities are divided by a row sum >= 1; dS is bounded the same way per term).
+inline constexpr double kCudaFlashAttentionFp16TermAtol = 0x1p-25;
+
+// Tolerance of out, gq, gk, gv for `dtype`; `tensor_cores`: the flash kernels ran (bf16/fp16 with a
+// head dim they take), else the warp-per-row kernels (fp32 everywhere, one rounding on the output).
+// 16-bit outputs: rtol one 16-bit ulp, 2^-7 (bf16) / 2^-10 (fp16), as cuda_vs_cpu_rounded; atol 1e-6 also
+// covers fp16's subnormal outputs (one step of 2^-24). fp64: the same reassociation argument at 2^-53.
+constexpr AttentionTolerance cuda_attention(DType dtype, bool tensor_cores) {
+  switch (dtype) {
+    case kBFloat16:
+      return {1.0 / 128, kCudaAttentionFp32Terms + (tensor_cores ? kCudaFlashAttentionBf16Terms : 0.0), 1e-6, 0.0};
+    case kFloat16:
+      return {1.0 / 1024, kCudaAttentionFp32Terms + (tensor_cores ? kCudaFlashAttentionFp16Terms : 0.0), 1e-6,
+              tensor_cores ? kCudaFlashAttentionFp16TermAtol : 0.0};
+    case kFloat64: return {0.0, 1e-12, 1e-14, 0.0};
+    default: return {0.0, kCudaAttentionFp32Terms, 1e-6, 0.0};
+  }
+}
+// lse (fp32; fp64 for fp64) on every path: nothing 16-bit enters it (the flash forward sums the fp32
+// probabilities), so only the scores' reassociation (term, of lse's M) and log/exp's own ulps
+// (rtol 1e-6 of |lse|, a few fp32 ulps) remain.
+constexpr AttentionTolerance cuda_attention_lse(DType dtype) {
+  return dtype == kFloat64 ? AttentionTolerance{1e-14, 1e-12, 1e-14, 0.0}
+                           : AttentionTolerance{1e-6, kCudaAttentionFp32Terms, 1e-6, 0.0};
+}
+
 }  // namespace mixtrain::testing
