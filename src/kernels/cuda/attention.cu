@@ -5,11 +5,15 @@
 // One warp per query row (forward, dq) or key row (dk, dv); each lane holds D/32 features in
 // registers; scores are fp32 dot products reduced across the warp, the softmax is online (running
 // max and sum). The backward recomputes P = exp(scale s - lse) and runs three passes (delta, dq,
-// dk/dv), each output written by exactly one warp: deterministic, no atomics. This is the simple,
-// dependency-free kernel; the tensor-core path (cuDNN's fused attention) is the next step
-// (docs/cuda.md). Head dims up to 256.
+// dk/dv), each output written by exactly one warp: deterministic, no atomics. Head dims up to 256.
+//
+// Dispatch: bf16 and fp16 calls go to the tensor-core kernels of attention_flash.cu whenever they
+// take the shape (D == Dv, a multiple of 16 up to 128, rows 16-byte aligned, a GPU of compute
+// capability 8.0+ with room for the tiles); these warp-per-row kernels run everything else: fp32,
+// fp64 and the 16-bit shapes the tensor-core kernels decline.
 #include <cmath>
 
+#include "kernels/cuda/attention_flash.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/register.h"
 #include "kernels/nn.h"
@@ -192,6 +196,9 @@ struct AttentionFwd {
                   const AttentionParams& p) {
     using X = dev_t<T>;
     using C = opmath_t<X>;
+    if constexpr (is_half_v<X>) {
+      if (try_flash_attention_fwd(q, k, v, out, lse, p)) return;
+    }
     const Heads g = heads_of(p);
     if (g.B * g.H * g.T == 0) return;
     DeviceGuard guard(q.device());
@@ -208,6 +215,9 @@ struct AttentionBwd {
                   const Tensor& gq, const Tensor& gk, const Tensor& gv, const AttentionParams& p) {
     using X = dev_t<T>;
     using C = opmath_t<X>;
+    if constexpr (is_half_v<X>) {
+      if (try_flash_attention_bwd(q, k, v, gout, lse, gq, gk, gv, p)) return;
+    }
     const Heads g = heads_of(p);
     const Device device = q.device();
     const auto* qp = static_cast<const X*>(q.raw_data());
