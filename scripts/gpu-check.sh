@@ -6,7 +6,11 @@
 #
 # Before it, HERE: scripts/gpu-check-prepare.sh (downloads the Debian .debs into .gpu-debs/). The
 # machine has nvcc 13.0, CMake, ninja, Python 3.12 + PyTorch 2.11 and no package registry; the .debs
-# are unpacked with dpkg -x into a private prefix (/tmp/mtdeps), never into /.
+# are unpacked with dpkg -x into a private prefix (.gpu-deps/ in the repository), never into /.
+#
+# The build (build-gpu/) and the prefix lie in the repository, git-ignored: the device tool keeps
+# ignored build outputs between calls while the machine stays warm, so a second call can skip the
+# build (MT_GPU_CHECK_SKIP_BUILD=1): first `--quick` (build + tests), fix, then the full check.
 #
 # Phases (each under its own timeout, clipped to a global budget; a phase that fails or times out is
 # recorded and the next one runs; raw outputs go to a work dir, results and logs to the output dir):
@@ -32,13 +36,13 @@
 # Settings (environment):
 #   MT_GPU_CHECK_BUDGET=480       seconds for all phases; each phase's timeout is clipped to what is left
 #   MT_GPU_CHECK_PHASES=inventory,build,tests,gemm,mixtrain,torch,compile   the phases to run
-#   MT_GPU_CHECK_SKIP_BUILD=1     no unpack/configure/build (use binaries already in the build dir)
+#   MT_GPU_CHECK_SKIP_BUILD=1     no unpack/configure/build (use the prefix and binaries of an earlier call)
 #   MT_GPU_CHECK_CONFIGURE_ONLY=1 unpack + configure, no compile (also without a GPU: a dry run here)
 #   MT_GPU_CHECK_CUDA=ON          MIXTRAIN_CUDA for the configure (OFF for a CPU-only dry run)
 #   MT_GPT_BATCH=16               GPT-small batch (sequences of 1024 tokens) for mixtrain and torch
 #   MT_GEMM_TOKENS=8192           M of the GPT-shaped GEMMs in torch_gemm.py
 #   MT_TORCH_COMPILE_PRECISIONS=bf16
-#   MT_GPU_DEPS_PREFIX=/tmp/mtdeps MT_GPU_BUILD_DIR=/tmp/mtbuild MT_GPU_WORK_DIR=/tmp/mtgpu-work
+#   MT_GPU_DEPS_PREFIX=<repo>/.gpu-deps MT_GPU_BUILD_DIR=<repo>/build-gpu MT_GPU_WORK_DIR=/tmp/mtgpu-work
 #   MT_GPU_DEBS=<repo>/.gpu-debs  MT_PYTHON=python3  MT_GPU_CHECK_JOBS=<nproc>
 # --quick: MT_GPU_CHECK_PHASES=inventory,build,tests and only the test binary is built.
 # Exit status: 0 when every phase ended ok (or was skipped for want of a GPU), else 1; 2 on bad usage.
@@ -59,8 +63,8 @@ OUT="$(cd "$1" && pwd)"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 2
 
-PREFIX="${MT_GPU_DEPS_PREFIX:-/tmp/mtdeps}"
-BUILD="${MT_GPU_BUILD_DIR:-/tmp/mtbuild}"
+PREFIX="${MT_GPU_DEPS_PREFIX:-$ROOT/.gpu-deps}"
+BUILD="${MT_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 WORK="${MT_GPU_WORK_DIR:-/tmp/mtgpu-work}"
 DEBS="${MT_GPU_DEBS:-$ROOT/.gpu-debs}"
 BUDGET="${MT_GPU_CHECK_BUDGET:-480}"
@@ -268,7 +272,8 @@ do_build() {
   local t0="$1" debs n=0 args targets=() all
   debs=("$DEBS"/*.deb)
   if [[ -e "${debs[0]}" ]]; then
-    case "$PREFIX" in /tmp/?*) rm -rf "$PREFIX" ;; esac
+    # Emptied only where this script owns it: under /tmp or the repository's .gpu-deps.
+    if [[ "$PREFIX" == /tmp/?* || "$PREFIX" == "$ROOT/.gpu-deps" ]]; then rm -rf "$PREFIX"; fi
     mkdir -p "$PREFIX"
     for d in "${debs[@]}"; do
       if unpack_deb "$d" "$PREFIX" >>"$BUILD_LOG" 2>&1; then n=$((n + 1)); else echo "failed to unpack $d" >>"$BUILD_LOG"; fi
