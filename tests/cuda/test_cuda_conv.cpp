@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_test_helpers.h"
+#include "ops/conv_cases.h"
 #include "kernels/conv.h"
 #include "kernels/dispatch.h"
 #include "mixtrain/cuda.h"
@@ -78,37 +79,8 @@ Tolerance conv_tol(mt::DType dt, bool biased_forward = false) {
   }
 }
 
-struct Case {
-  std::string name;
-  mt::Shape x, w;
-  F::Conv2dOptions o;
-};
-
-std::vector<Case> geometry_cases() {
-  return {
-      {"3x3 pad 1", {2, 8, 9, 9}, {16, 8, 3, 3}, {.padding_h = 1, .padding_w = 1}},
-      {"stride 2", {2, 6, 11, 10}, {8, 6, 3, 3}, {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1}},
-      {"dilation 2", {1, 4, 12, 12}, {6, 4, 3, 3}, {.padding_h = 2, .padding_w = 2, .dilation_h = 2, .dilation_w = 2}},
-      {"groups 2", {2, 8, 7, 7}, {12, 4, 3, 3}, {.padding_h = 1, .padding_w = 1, .groups = 2}},
-      {"depthwise",
-       {2, 8, 8, 8},
-       {8, 1, 3, 3},
-       {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1, .groups = 8}},
-      {"depthwise x2 (channel multiplier 2)",
-       {2, 6, 9, 9},
-       {12, 1, 3, 3},
-       {.padding_h = 1, .padding_w = 1, .groups = 6}},
-      {"1x1", {3, 16, 5, 5}, {32, 16, 1, 1}, {}},
-      {"5x5 on 3 channels", {2, 3, 16, 16}, {16, 3, 5, 5}, {.padding_h = 2, .padding_w = 2}},
-      {"asymmetric", {2, 4, 9, 7}, {6, 4, 3, 1}, {.stride_h = 2, .stride_w = 1, .padding_h = 0, .padding_w = 1}},
-      // floor rounding leaves the last input row unused
-      {"stride 3 floor", {1, 4, 7, 8}, {4, 4, 3, 3}, {.stride_h = 3, .stride_w = 3}},
-      {"all combined",
-       {2, 6, 10, 9},
-       {9, 2, 3, 2},
-       {.stride_h = 2, .stride_w = 1, .padding_h = 1, .padding_w = 2, .dilation_h = 2, .dilation_w = 1, .groups = 3}},
-  };
-}
+using Case = mt::testing::ConvCase;
+const std::vector<Case>& geometry_cases() { return mt::testing::conv_cases(); }
 
 // The CLI's CNN (tools/mixtrain/models.h): Conv2d(1, 32, 3, pad 1) on 28x28 and Conv2d(32, 64, 3,
 // pad 1) on 14x14, at batch `n`.

@@ -8,6 +8,7 @@
 #include "kernels/conv.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/functional.h"
+#include "ops/conv_cases.h"
 #include "ops/test_linalg_util.h"
 #include "ops/test_nn_helpers.h"
 
@@ -17,31 +18,8 @@ namespace {
 namespace F = nn::functional;
 using TL = std::vector<Tensor>;
 
-struct ConvCase {
-  const char* name;
-  Shape x, w;
-  F::Conv2dOptions o;
-};
-
-const ConvCase kCases[] = {
-    {"3x3 pad 1", {2, 8, 9, 9}, {16, 8, 3, 3}, {.padding_h = 1, .padding_w = 1}},
-    {"stride 2", {2, 6, 11, 10}, {8, 6, 3, 3}, {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1}},
-    {"dilation 2", {1, 4, 12, 12}, {6, 4, 3, 3}, {.padding_h = 2, .padding_w = 2, .dilation_h = 2, .dilation_w = 2}},
-    {"groups 2", {2, 8, 7, 7}, {12, 4, 3, 3}, {.padding_h = 1, .padding_w = 1, .groups = 2}},
-    {"depthwise",
-     {2, 8, 8, 8},
-     {8, 1, 3, 3},
-     {.stride_h = 2, .stride_w = 2, .padding_h = 1, .padding_w = 1, .groups = 8}},
-    {"1x1", {3, 16, 5, 5}, {32, 16, 1, 1}, {}},
-    {"3-channel input", {2, 3, 16, 16}, {16, 3, 5, 5}, {.padding_h = 2, .padding_w = 2}},
-    {"asymmetric", {2, 4, 9, 7}, {6, 4, 3, 1}, {.stride_h = 2, .stride_w = 1, .padding_h = 0, .padding_w = 1}},
-    // floor rounding leaves the last input row unused (oneDNN's right padding would be negative)
-    {"stride 3 floor", {1, 4, 7, 8}, {4, 4, 3, 3}, {.stride_h = 3, .stride_w = 3}},
-    {"all combined",
-     {2, 6, 10, 9},
-     {9, 2, 3, 2},
-     {.stride_h = 2, .stride_w = 1, .padding_h = 1, .padding_w = 2, .dilation_h = 2, .dilation_w = 1, .groups = 3}},
-};
+using ConvCase = testing::ConvCase;
+const auto& kCases = conv_cases();
 
 kernels::Conv2dGeometry geometry(const F::Conv2dOptions& o) {
   return {o.stride_h, o.stride_w, o.padding_h, o.padding_w, o.dilation_h, o.dilation_w, o.groups};
