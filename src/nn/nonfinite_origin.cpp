@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "kernels/optim.h"
+#include "mixtrain/ops/reduce.h"
 #include "mixtrain/factory.h"
 
 namespace mixtrain::nn {
@@ -26,9 +26,8 @@ std::vector<std::pair<size_t, Tensor>> floating(const autograd::TensorList& list
   return out;
 }
 
-// The index (in `ts`) of the first tensor holding inf or NaN, or -1: one read-only pass (the grad
-// scaler's multi-tensor check with a factor of 1 writes nothing and, called at the kernel level,
-// leaves the tensors' versions alone: they may be saved for backward).
+// The index (in `ts`) of the first tensor holding inf or NaN, or -1: one read-only pass that leaves
+// the tensors' versions alone (they may be saved for backward).
 int64_t first_nonfinite(const std::vector<std::pair<size_t, Tensor>>& ts) {
   if (ts.empty()) return -1;
   std::vector<Tensor> list;
@@ -36,7 +35,7 @@ int64_t first_nonfinite(const std::vector<std::pair<size_t, Tensor>>& ts) {
   const Device device = list.front().device();
   for (const Tensor& t : list)
     if (t.device() != device) return -1;  // mixed devices: not an op's outputs; nothing to judge
-  return kernels::multi_tensor_scale_and_check(list, 1.0f);
+  return first_non_finite(list);
 }
 
 // The first non-finite element of t: its flat index and value.

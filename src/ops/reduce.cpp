@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "kernels/copy.h"
+#include "kernels/optim.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/ops/elementwise.h"
@@ -265,6 +266,24 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   }
   // (When only size-1 leading dims differ, dims holds just those: the sum is a copy.)
   return reduce_sum("sum_to", x, dims, /*keepdim=*/true, std::nullopt, false, shape);
+}
+
+int64_t first_non_finite(const std::vector<Tensor>& tensors) {
+  std::vector<Tensor> list;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (!t.defined() || t.numel() == 0) continue;
+    MT_CHECK(t.is_floating_point(), "first_non_finite: tensor ", i, " is ", describe(t), "; expected a floating dtype");
+    MT_CHECK(list.empty() || t.device() == list.front().device(), "first_non_finite: tensor ", i, " is on ", t.device(),
+             " but tensor ", index.front(), " is on ", list.front().device(), "; all must be on one device");
+    list.push_back(t);
+    index.push_back(i);
+  }
+  // The multi-tensor check with a factor of 1 writes nothing; called at the kernel level it leaves
+  // the versions alone.
+  const int64_t first = kernels::multi_tensor_scale_and_check(list, 1.0f);
+  return first < 0 ? -1 : static_cast<int64_t>(index[static_cast<size_t>(first)]);
 }
 
 }  // namespace mixtrain

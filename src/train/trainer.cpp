@@ -18,7 +18,6 @@
 #include "mixtrain/autograd.h"
 #include "mixtrain/cpu.h"
 #include "mixtrain/error.h"
-#include "amp/amp_kernels.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/io/file.h"
 #include "mixtrain/io/safetensors.h"
@@ -250,13 +249,7 @@ int64_t Trainer::total_steps() const {
 
 // ---- non-finite values -----------------------------------------------------------------------------
 
-int64_t Trainer::first_nonfinite_parameter() const {
-  const std::vector<Tensor> params = optimizer_->parameters();
-  NoGradGuard no_grad;
-  const Device device = params.empty() ? Device{} : params.front().device();
-  Tensor found = zeros({}, {.device = device}), one = ones({}, {.device = device});
-  return amp::detail::non_finite_check_and_unscale_(params, found, one);
-}
+int64_t Trainer::first_nonfinite_parameter() const { return first_non_finite(optimizer_->parameters()); }
 
 void Trainer::check_finite_before_writing(const std::string& what) const {
   const int64_t bad = first_nonfinite_parameter();
@@ -283,26 +276,15 @@ std::string Trainer::divergence_message(const std::string& cause, double loss, c
 
 bool Trainer::nonfinite_gate(double loss) {
   if (options_.on_nonfinite == NonFinitePolicy::kContinue) return true;
-  // One read-only pass over the gradients (the GradScaler's check with a scale of 1 writes nothing).
+  // One read-only pass over the gradients (index i of the list is parameter i; a parameter
+  // without a gradient is an undefined tensor, which the check skips).
   const std::vector<Tensor> params = optimizer_->parameters();
   std::vector<Tensor> grads;
-  std::vector<size_t> index;
-  for (size_t i = 0; i < params.size(); ++i)
-    if (params[i].grad().defined()) {
-      grads.push_back(params[i].grad());
-      index.push_back(i);
-    }
-  NoGradGuard no_grad;
-  // On the gradients' device (they follow the model, which may have moved since the last step).
-  const Device device = grads.empty() ? Device{} : grads.front().device();
-  if (!found_inf_.defined() || found_inf_.device() != device) {
-    found_inf_ = zeros({}, {.device = device});
-    unit_scale_ = ones({}, {.device = device});
-  }
-  found_inf_.fill_(0.0);
-  const int64_t bad_grad = amp::detail::non_finite_check_and_unscale_(grads, found_inf_, unit_scale_);
+  grads.reserve(params.size());
+  for (const Tensor& p : params) grads.push_back(p.grad());
+  const int64_t bad_grad = first_non_finite(grads);
   if (std::isfinite(loss) && bad_grad < 0) return true;
-  const std::string grad_name = bad_grad >= 0 ? optimizer_->param_name(index[static_cast<size_t>(bad_grad)]) : "";
+  const std::string grad_name = bad_grad >= 0 ? optimizer_->param_name(static_cast<size_t>(bad_grad)) : "";
   if (options_.on_nonfinite == NonFinitePolicy::kSkip && first_nonfinite_parameter() < 0) return false;
   throw NonFiniteError(divergence_message("", loss, grad_name));
 }

@@ -9,6 +9,7 @@
 
 #include "mixtrain/mixtrain.h"
 #include "ops/test_nn_helpers.h"
+#include "support/checked_device.h"
 #include "support/gradcheck.h"
 #include "support/tolerances.h"
 
@@ -280,6 +281,33 @@ TEST(ReduceErrors, MessagesNameTheOp) {
   expect_error([&] { (void)(mt::sum(x, {1, -1})); }, {"more than once"});
   expect_error([&] { (void)(mt::amax(mt::arange(3))); }, {"amax"});
   expect_error([&] { (void)(mt::sum(mt::Tensor())); }, {"sum"});
+}
+
+}  // namespace
+
+namespace {
+
+// first_non_finite: the index of the first tensor holding inf or NaN, read-only.
+TEST(FirstNonFinite, NamesTheFirstTensorAndChangesNothing) {
+  const mt::Device dev = mt::testing::test_device();
+  mt::Tensor a = mt::ones({5}, {.device = dev}), b = mt::full({3, 4}, 2.0, {.dtype = mt::kBFloat16, .device = dev});
+  mt::Tensor c = mt::zeros({7}, {.dtype = mt::kFloat16, .device = dev});
+  EXPECT_EQ(mt::first_non_finite({}), -1);
+  EXPECT_EQ(mt::first_non_finite({a, b, c}), -1);
+  c.narrow(0, 6, 1).fill_(std::nan(""));
+  b.narrow(1, 2, 1).fill_(INFINITY);
+  const uint64_t va = a.version(), vb = b.version(), vc = c.version();
+  // Undefined and empty tensors are skipped but keep their places in the numbering.
+  EXPECT_EQ(mt::first_non_finite({a, mt::Tensor(), mt::zeros({0}, {.device = dev}), c, b}), 3);
+  EXPECT_EQ(mt::first_non_finite({a, b.t(), c}), 1) << "a strided view is read in place";
+  EXPECT_EQ(a.version(), va);
+  EXPECT_EQ(b.version(), vb);
+  EXPECT_EQ(c.version(), vc);
+  EXPECT_EQ(c.to_vector<float>()[6] != c.to_vector<float>()[6], true) << "the NaN is still there";
+  expect_error([&] { mt::first_non_finite({a, mt::ones({2}, {.dtype = mt::kInt32, .device = dev})}); },
+               {"first_non_finite", "int32"});
+  if (dev.is_cpu()) return;
+  expect_error([&] { mt::first_non_finite({a, mt::ones({2}, {.device = mt::Device{}})}); }, {"first_non_finite", "one device"});
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // reduces over every dimension. keepdim keeps reduced dims with size 1.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "mixtrain/tensor.h"
 
@@ -22,5 +24,12 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 
 // Sums a (broadcast) gradient back down to `shape`: the backward of broadcasting.
 Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// The index (in `tensors`) of the first tensor holding inf or NaN, or -1 (also for an empty list).
+// One read-only pass over every element: nothing is written and no version counter moves, so the
+// tensors may be saved for backward or watched by hooks. Undefined and empty tensors are skipped.
+// Floating dtypes, any strides, all on one device (an mt::Error otherwise). The answer reaches the
+// host: on a GPU one read back.
+int64_t first_non_finite(const std::vector<Tensor>& tensors);
 
 }  // namespace mixtrain

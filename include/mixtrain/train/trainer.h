@@ -376,7 +376,6 @@ class Trainer {
   std::string applied_overrides_;
   bool out_dir_ready_ = false;                   // prepare_out_dir() accepted out_dir for this Trainer
   mutable std::optional<uint64_t> fingerprint_;  // of the training data, computed once
-  Tensor found_inf_, unit_scale_;                // 0-dim fp32 scratch of the non-finite checks
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // with a process group of several ranks
   std::unique_ptr<nn::NonFiniteOrigin> origin_;         // with options.find_nonfinite_origin
   std::unique_ptr<nn::NumericsMonitor> numerics_;       // with options.numerics_report_dir
