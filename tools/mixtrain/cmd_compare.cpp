@@ -1,5 +1,6 @@
 // mixtrain compare: the same model, data and seed trained in several precisions; one table,
-// DIR/report.md and a loss-curve plot through gnuplot.
+// DIR/report.md and a plot through gnuplot (losses, their differences to fp32, accuracy per epoch,
+// step time and memory).
 #include <mixtrain/error.h>
 #include <mixtrain/io/file.h>
 #include <spawn.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -110,53 +112,132 @@ std::string markdown_table(const std::vector<std::vector<std::string>>& cells) {
   return out;
 }
 
-// Writes DIR/loss.dat (a trailing moving average of each run's step loss: raw step losses are too
-// noisy to compare) and DIR/loss.gp, and runs gnuplot when it is installed. Returns whether
-// DIR/loss.png was made.
-bool plot_losses(const fs::path& dir, const std::vector<Row>& rows, const std::vector<std::vector<double>>& losses) {
-  size_t steps = losses.empty() ? 0 : losses[0].size();
-  for (const auto& l : losses) steps = std::min(steps, l.size());
+// The trailing moving average of `v` over `window` values at each index (summed afresh, not as a
+// running sum: one NaN loss must not poison every later point).
+std::vector<double> moving_average(const std::vector<double>& v, size_t n, size_t window) {
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t first = i + 1 >= window ? i + 1 - window : 0;
+    double sum = 0;
+    for (size_t j = first; j <= i; ++j) sum += v[j];
+    out[i] = sum / static_cast<double>(i + 1 - first);
+  }
+  return out;
+}
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "NaN";  // gnuplot leaves a gap
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// Writes the data and gnuplot script of DIR/loss.png and runs gnuplot when it is installed; returns
+// whether the image was made. Four panels, because the curves of the precisions lie on top of each
+// other and show nothing by themselves:
+//   DIR/loss.dat    step, each run's training loss (trailing moving average), then each run's
+//                   difference to fp32's (the panels "training loss" and "loss - fp32 loss")
+//   DIR/epochs.dat  epoch, each run's test accuracy (%), then its difference to fp32's (points)
+//   DIR/speed.dat   one line per run: its step-time speedup and peak memory against fp32's
+// Without an fp32 run the difference panels compare with the first precision given.
+bool plot_comparison(const fs::path& dir, const std::vector<Row>& rows, const std::vector<RunCurves>& curves) {
+  size_t ref = 0;
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (rows[k].precision == "fp32") ref = k;
+  const std::string ref_name = rows[ref].precision;
+  size_t steps = curves.empty() ? 0 : curves[0].losses.size();
+  size_t epochs = curves.empty() ? 0 : curves[0].epoch_accuracy.size();
+  for (const RunCurves& c : curves) {
+    steps = std::min(steps, c.losses.size());
+    epochs = std::min(epochs, c.epoch_accuracy.size());
+  }
   const size_t window = std::clamp<size_t>(steps / 50, 1, 50);
+  std::vector<std::vector<double>> smooth;
+  for (const RunCurves& c : curves) smooth.push_back(moving_average(c.losses, steps, window));
   {
     std::ostringstream dat;
-    dat << "# step";
+    dat << "# step, training loss (mean of the last " << window << " steps) of";
     for (const Row& r : rows) dat << ' ' << r.precision;
-    dat << "   (training loss, mean of the last " << window << " steps)\n";
+    dat << ", then each minus " << ref_name << "'s\n";
     for (size_t i = 0; i < steps; ++i) {
       dat << i + 1;
-      const size_t first = i + 1 >= window ? i + 1 - window : 0;
-      for (const auto& l : losses) {
-        // Summed afresh (not a running sum): one NaN loss must not poison every later point.
-        double sum = 0;
-        for (size_t j = first; j <= i; ++j) sum += l[j];
-        dat << ' ' << sum / static_cast<double>(i + 1 - first);
-      }
+      for (const auto& l : smooth) dat << ' ' << number(l[i]);
+      for (const auto& l : smooth) dat << ' ' << number(l[i] - smooth[ref][i]);
       dat << '\n';
     }
     io::write_file_atomic((dir / "loss.dat").string(), dat.str(), "mixtrain compare");
   }
   {
-    std::ostringstream gp;
-    gp << "# gnuplot script written by mixtrain compare: gnuplot loss.gp (in this directory)\n"
-       << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-       << "  set terminal pngcairo size 960,540 noenhanced\n"
-       << "} else {\n"
-       << "  set terminal png size 960,540 noenhanced\n"
-       << "}\n"
-       << "if (!exists('out')) out = '" << (dir / "loss.png").string() << "'\n"
-       << "set output out\n"
-       << "set title 'training loss by precision'\n"
-       << "set xlabel 'step'\n"
-       << "set ylabel 'loss (moving average over " << window << " steps)'\n"
-       << "set grid\n"
-       << "set key top right\n"
-       << "plot";
-    for (size_t k = 0; k < rows.size(); ++k)
-      gp << (k ? "," : "") << " '" << (dir / "loss.dat").string() << "' using 1:" << k + 2 << " with lines lw 2 title '"
+    std::ostringstream dat;
+    dat << "# epoch, test accuracy (%) of";
+    for (const Row& r : rows) dat << ' ' << r.precision;
+    dat << ", then each minus " << ref_name << "'s (points)\n";
+    for (size_t e = 0; e < epochs; ++e) {
+      dat << e + 1;
+      for (const RunCurves& c : curves) dat << ' ' << number(c.epoch_accuracy[e]);
+      for (const RunCurves& c : curves) dat << ' ' << number(c.epoch_accuracy[e] - curves[ref].epoch_accuracy[e]);
+      dat << '\n';
+    }
+    io::write_file_atomic((dir / "epochs.dat").string(), dat.str(), "mixtrain compare");
+  }
+  {
+    std::ostringstream dat;
+    dat << "# index precision speedup_vs_" << ref_name << " memory_vs_" << ref_name << "\n";
+    const train::TrainSummary& r0 = rows[ref].s;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const train::TrainSummary& s = rows[k].s;
+      dat << k << ' ' << rows[k].precision << ' '
+          << number(s.step_ms_median > 0 ? r0.step_ms_median / s.step_ms_median : std::nan("")) << ' '
+          << number(r0.peak_bytes > 0 ? static_cast<double>(s.peak_bytes) / static_cast<double>(r0.peak_bytes)
+                                      : std::nan(""))
+          << '\n';
+    }
+    io::write_file_atomic((dir / "speed.dat").string(), dat.str(), "mixtrain compare");
+  }
+  const std::string loss = (dir / "loss.dat").string(), ep = (dir / "epochs.dat").string(),
+                    speed = (dir / "speed.dat").string();
+  const size_t n = rows.size();
+  std::ostringstream gp;
+  gp << "# gnuplot script written by mixtrain compare: gnuplot loss.gp (in this directory)\n"
+     << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+     << "  set terminal pngcairo size 1280,860 noenhanced\n"
+     << "} else {\n"
+     << "  set terminal png size 1280,860 noenhanced\n"
+     << "}\n"
+     << "if (!exists('out')) out = '" << (dir / "loss.png").string() << "'\n"
+     << "set output out\n"
+     << "set multiplot layout 2,2\n"
+     << "set grid\n"
+     << "set key top right\n"
+     << "set title 'training loss (moving average over " << window << " steps)'\n"
+     << "set xlabel 'step'\nset ylabel 'loss'\n"
+     << "plot";
+  for (size_t k = 0; k < n; ++k)
+    gp << (k ? "," : "") << " '" << loss << "' using 1:" << k + 2 << " with lines lw 2 title '" << rows[k].precision
+       << "'";
+  gp << "\nset title 'training loss minus that of " << ref_name << "'\nset ylabel 'loss difference'\nplot";
+  for (size_t k = 0; k < n; ++k)
+    gp << (k ? "," : "") << " '" << loss << "' using 1:" << n + k + 2 << " with lines lw 2 title '"
+       << rows[k].precision << "'";
+  gp << "\nset title 'test accuracy minus that of " << ref_name << ", per epoch'\nset xlabel 'epoch'\n"
+     << "set ylabel 'percentage points'\nset xtics 1\n";
+  if (epochs == 0) {
+    gp << "unset key\nset label 1 'no epoch was evaluated' at graph 0.5, graph 0.5 center\n"
+       << "plot [0:1] [-1:1] 0 with lines lc rgb 'grey'\nunset label 1\nset key top right\n";
+  } else {
+    gp << "plot";
+    for (size_t k = 0; k < n; ++k)
+      gp << (k ? "," : "") << " '" << ep << "' using 1:" << n + k + 2 << " with linespoints lw 2 pt 7 title '"
          << rows[k].precision << "'";
     gp << '\n';
-    io::write_file_atomic((dir / "loss.gp").string(), gp.str(), "mixtrain compare");
   }
+  gp << "set title 'step time and peak memory against " << ref_name << "'\nset xlabel ''\nset xtics autofreq\n"
+     << "set key top left horizontal\nset yrange [0:*]\nset offsets 0, 0, graph 0.15, 0\n"
+     << "set ylabel 'x " << ref_name << "'\nset style data histograms\nset style histogram clustered gap 1\n"
+     << "set style fill solid 0.8 border -1\nset boxwidth 0.9\n"
+     << "plot '" << speed << "' using 3:xtic(2) title 'speedup (step time)', '' using 4 title 'peak memory'\n"
+     << "unset multiplot\n";
+  io::write_file_atomic((dir / "loss.gp").string(), gp.str(), "mixtrain compare");
   return run_gnuplot((dir / "loss.gp").string(), (dir / "loss.png").string());
 }
 
@@ -192,13 +273,13 @@ int run_compare(const CompareArgs& in) {
   std::fflush(stdout);
 
   std::vector<Row> rows;
-  std::vector<std::vector<double>> losses;
+  std::vector<RunCurves> curves;
   for (const std::string& name : in.precisions) {
     const train::Precision p = train::parse_precision(name);
     const DType param_dtype = a.master_weights == "same" ? train::autocast_dtype(p).value_or(kFloat32) : kFloat32;
-    losses.emplace_back();
+    curves.emplace_back();
     rows.push_back({name, run_training(a, p, param_dtype, data, (fs::path(a.out) / name).string(), "[" + name + "] ",
-                                       &losses.back())});
+                                       &curves.back())});
     const train::TrainSummary& s = rows.back().s;
     std::printf("[%s] done: %lld steps, %.1f s\n", name.c_str(), static_cast<long long>(s.steps), s.train_seconds);
     std::fflush(stdout);
@@ -207,7 +288,7 @@ int run_compare(const CompareArgs& in) {
   const auto cells = table_cells(rows);
   std::printf("\n%s", text_table(cells).c_str());
   const fs::path dir(a.out);
-  const bool plotted = plot_losses(dir, rows, losses);
+  const bool plotted = plot_comparison(dir, rows, curves);
 
   std::ostringstream md;
   md << "# mixtrain compare: " << a.model << " on " << describe(spec) << "\n\n"
@@ -220,7 +301,9 @@ int run_compare(const CompareArgs& in) {
      << markdown_table(cells) << "\n"
      << "Step time is the median over the steps after warm-up; peak memory counts every tensor byte of training "
         "(weights, gradients, optimizer state, activations), not the dataset.\n\n";
-  if (plotted) md << "![training loss by precision](loss.png)\n\n";
+  if (plotted)
+    md << "![training loss, its difference to fp32, test accuracy against fp32 per epoch, step time and peak "
+          "memory against fp32](loss.png)\n\n";
   md << "Per-run files: ";
   for (const Row& r : rows) md << "`" << r.precision << "/summary.json` ";
   md << "(and metrics.jsonl, model.safetensors, checkpoint.safetensors beside each).\n";

@@ -5,6 +5,7 @@
 #include <mixtrain/io/safetensors.h>
 #include "models.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -65,7 +66,7 @@ CLI::App* add_train_command(CLI::App& app, RunArgs& args) {
 
 train::TrainSummary run_training(const RunArgs& args, train::Precision precision, DType param_dtype,
                                  const LoadedData& data, const std::string& out_dir, const std::string& label,
-                                 std::vector<double>* losses) {
+                                 RunCurves* curves) {
   auto model = cli::make_model(args.model, args.seed);
   if (args.checkpoint_activations) nn::set_activation_checkpointing(*model, true);
   model->to(parse_device(args.device));  // the Trainer moves each batch to the model's device
@@ -74,10 +75,15 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
   o.out_dir = out_dir;
   Progress progress(label, args.batch_size, Progress::stdout_is_terminal());
   progress.attach(o);
-  if (losses != nullptr) {
-    o.on_step = [&progress, losses](const train::StepInfo& i) {
-      losses->push_back(i.loss);
+  if (curves != nullptr) {
+    o.on_step = [&progress, curves](const train::StepInfo& i) {
+      curves->losses.push_back(i.loss);
       progress.on_step(i);
+    };
+    o.on_epoch = [&progress, curves](const train::EpochInfo& i) {
+      const bool has = i.eval && i.eval->accuracy;
+      curves->epoch_accuracy.push_back(has ? 100.0 * *i.eval->accuracy : std::nan(""));
+      progress.on_epoch(i);
     };
   }
   train::Trainer trainer(*model, train::adamw(args.lr, args.weight_decay), *data.train, data.eval.get(), o);

@@ -32,11 +32,18 @@ int run_compare(const CompareArgs& args);
 int run_bench(const BenchArgs& args);
 int run_inspect(const std::string& file);
 
+// What a run reports as it goes, for compare's plots: every step's loss and, per finished epoch,
+// the evaluation's accuracy (NaN when the epoch was not evaluated or the task has none).
+struct RunCurves {
+  std::vector<double> losses;
+  std::vector<double> epoch_accuracy;
+};
+
 // One training run (train, and each precision of compare): builds the model from --seed, trains
-// it with AdamW through mt::train::Trainer, reports progress. `losses` (optional) receives every
-// step's loss.
+// it with AdamW through mt::train::Trainer, reports progress. `curves` (optional) receives the
+// step losses and the epochs' accuracies.
 train::TrainSummary run_training(const RunArgs& args, train::Precision precision, DType param_dtype,
                                  const LoadedData& data, const std::string& out_dir, const std::string& label,
-                                 std::vector<double>* losses = nullptr);
+                                 RunCurves* curves = nullptr);
 
 }  // namespace mixtrain::cli
