@@ -11,7 +11,10 @@ std::string one_line(std::string s) {
 }
 
 std::unique_ptr<CLI::App> make_app(Invocation& inv) {
-  auto app = std::make_unique<CLI::App>("mixtrain: mixed-precision (fp32 / bf16 / fp16) training on the CPU", "mixtrain");
+  auto app = std::make_unique<CLI::App>(
+      "mixtrain: mixed-precision (fp32 / bf16 / fp16 / fp8) training on the CPU, an NVIDIA GPU (--device cuda) or "
+      "the checked debugging device (--device checked)",
+      "mixtrain");
   app->require_subcommand(1);
   // A flag given twice keeps its last value, so wrappers can override their defaults
   // (scripts/demo.sh --epochs 1). Subcommands inherit this; list options opt out.
