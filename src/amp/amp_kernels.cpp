@@ -14,7 +14,7 @@ void check_scalar(const Tensor& t, DType dtype, const char* what) {
 }  // namespace
 
 int64_t non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                                      const Tensor& inv_scale) {
+                                      const Tensor& inv_scale, bool check_only) {
   check_scalar(found_inf, kFloat32, "found_inf");
   check_scalar(inv_scale, kFloat32, "inv_scale");
   if (grads.empty()) return -1;
@@ -24,7 +24,8 @@ int64_t non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Te
   MT_CHECK(inv_scale.device() == found_inf.device(), "unscale_: inv_scale is on ", inv_scale.device(),
            " but found_inf is on ", found_inf.device());
   const int64_t first_bad = kernels::amp_unscale_table(found_inf.device(), kFloat32)(grads, found_inf, inv_scale);
-  for (const Tensor& g : grads) g.bump_version();
+  if (!check_only)
+    for (const Tensor& g : grads) g.bump_version();
   if (first_bad >= 0) found_inf.bump_version();
   return first_bad;
 }

@@ -19,8 +19,10 @@ namespace mixtrain::amp::detail {
 // Grads may be strided views (g.t(), g[:, :5]); dtypes float32, float16, bfloat16, float64.
 // Returns the index (in `grads`) of the first gradient holding a non-finite value, or -1: the
 // collapse diagnostic uses it to name the parameter, at no extra pass.
+// check_only: the caller's inv_scale holds 1, so nothing is written to the gradients and their
+// version counters are left alone (they may be saved for backward or watched by hooks).
 int64_t non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                                      const Tensor& inv_scale);
+                                      const Tensor& inv_scale, bool check_only = false);
 
 // The growth-tracker rule, in place:
 //   found_inf != 0: scale *= backoff_factor, tracker = 0

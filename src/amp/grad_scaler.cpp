@@ -103,7 +103,7 @@ void GradScaler::unscale_grads(optim::Optimizer& optimizer, OptimizerState& stat
   NoGradGuard no_grad;
   Tensor found_inf = scalar_tensor(0.0, {.dtype = kFloat32, .device = scale_.device()});
   Tensor inv_t = scalar_tensor(static_cast<double>(inv), {.dtype = kFloat32, .device = scale_.device()});
-  const int64_t first = detail::non_finite_check_and_unscale_(grads, found_inf, inv_t);
+  const int64_t first = detail::non_finite_check_and_unscale_(grads, found_inf, inv_t, /*check_only=*/inv == 1.0f);
   // found_inf started at 0 and the check sets it exactly when a gradient was not finite, which the
   // returned index already says: no read back, unless a reduction across processes changes it (a
   // reduction need not bump the version, so its result is always read).

@@ -423,6 +423,14 @@ TEST(GradScaler, FusedUnscaleForFp16MasterWeights) {
   EXPECT_EQ(opt.state(0).master.to_vector<float>()[0], expected_master);
   EXPECT_EQ(s.get_scale(), 32768.0);
   EXPECT_EQ(s.last_nonfinite_param(), "param_groups[0].params[0]");
+  // The check before a fused step writes nothing, so it leaves the gradients' version counters alone
+  // (a gradient saved for a later backward or watched by a hook stays valid); unscale_() bumps them.
+  p.set_grad(mt::full({8}, scaled, {.dtype = mt::kFloat16}));
+  const uint64_t version = p.grad().version();
+  (void)s.scale(f32(1.0));
+  EXPECT_TRUE(s.step(opt));
+  EXPECT_EQ(p.grad().version(), version);
+  s.update();
 }
 
 // ---------------------------------------------------------------------------------------------
