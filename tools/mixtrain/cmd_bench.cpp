@@ -75,8 +75,14 @@ int run_bench(const BenchArgs& b) {
   memory::Stats at_timing_start = memory::stats(device), at_end = memory::stats(device);
   SyncCounts syncs_at_start = sync_counts(device), syncs_at_end = sync_counts(device);
   o.on_step = [&, warmup = b.warmup, last = b.warmup + a.steps](const train::StepInfo& i) {
-    if (i.step == warmup) at_timing_start = memory::stats(device), syncs_at_start = sync_counts(device);
-    if (i.step == last) at_end = memory::stats(device), syncs_at_end = sync_counts(device);
+    if (i.step == warmup) {
+      at_timing_start = memory::stats(device);
+      syncs_at_start = sync_counts(device);
+    }
+    if (i.step == last) {
+      at_end = memory::stats(device);
+      syncs_at_end = sync_counts(device);
+    }
   };
   train::Trainer trainer(*model, train::adamw(a.lr, a.weight_decay), *data.train, /*eval_data=*/nullptr, o);
   const train::TrainSummary s = trainer.fit();

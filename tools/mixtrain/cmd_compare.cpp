@@ -125,12 +125,7 @@ std::vector<double> moving_average(const std::vector<double>& v, size_t n, size_
   return out;
 }
 
-std::string number(double v) {
-  if (!std::isfinite(v)) return "NaN";  // gnuplot leaves a gap
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
+std::string number(double v) { return std::isfinite(v) ? fmt("%.9g", v) : "NaN"; }  // gnuplot leaves a gap
 
 // Writes the data and gnuplot script of DIR/loss.png and runs gnuplot when it is installed; returns
 // whether the image was made. Four panels, because the curves of the precisions lie on top of each

@@ -144,6 +144,17 @@ uint32_t alignment_of(const void* p) {
   return bytes;
 }
 
+// Whether `t` broadcasts some of out's batch dims but not all: then even a contiguous copy of it has
+// no single batch stride (batch_stride gives -1).
+bool partly_broadcast(const Tensor& t, const Tensor& out) {
+  bool broadcast = false, batched = false;
+  for (int d = 0; d < out.dim() - 2; ++d) {
+    if (out.size(d) == 1) continue;
+    (t.size(d) == 1 ? broadcast : batched) = true;
+  }
+  return broadcast && batched;
+}
+
 struct Problem {
   Operand a, b;  // cuBLASLt's A = our b^T, B = our a^T
   int64_t m, n, k, batch, stride_a, stride_b, stride_c;
@@ -265,15 +276,18 @@ void matmul_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, con
   Operand ob = as_operand(k, m, b.stride(r - 2), b.stride(r - 1));
   int64_t sa = batch_stride(a, out), sb = batch_stride(b, out);
   // Layouts cuBLASLt cannot take are copied first (a copy kernel on the device) into a contiguous
-  // operand with out's batch dims: a dim broadcast inside other batch dims (a [2, 1, n, k] operand
-  // of a [2, 3, n, m] product) has no single batch stride until it is materialised.
+  // operand of the same shape, which keeps a broadcast batch (stride 0, no copy per batch). Only a
+  // dim broadcast inside other batch dims (a [2, 1, n, k] operand of a [2, 3, n, m] product) has no
+  // single batch stride even then: such an operand is materialised with out's batch dims.
   auto materialised = [&out, r](const Tensor& t) {
-    Shape shape = out.shape();
-    shape[r - 2] = t.size(r - 2);
-    shape[r - 1] = t.size(r - 1);
-    const Tensor expanded = t.expand(shape);
+    Shape shape = t.shape();
+    if (partly_broadcast(t, out)) {
+      shape = out.shape();
+      shape[r - 2] = t.size(r - 2);
+      shape[r - 1] = t.size(r - 1);
+    }
     Tensor c = Tensor::empty(shape, t.dtype(), t.device());
-    copy(c, expanded);
+    copy(c, t.expand(shape));
     return c;
   };
   if (!oa.ok || sa < 0) {
