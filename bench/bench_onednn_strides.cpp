@@ -1,6 +1,6 @@
 // oneDNN matmul with one operand strided by a multiple of 4 KiB along K, read in place (a view)
 // against copied with a padded stride first (the reorder timed with the product): the measurement
-// behind pad_operand in src/kernels/onednn/matmul.cpp. Below AVX-512 oneDNN 2.6 runs fp32 matmuls on
+// behind pad_operand in src/backends/cpu/kernels/onednn/matmul.cpp. Below AVX-512 oneDNN 2.6 runs fp32 matmuls on
 // its AVX2 sgemm ("gemm:jit"), which is where the layout matters:
 //   MIXTRAIN_MAX_ISA=avx2 OMP_NUM_THREADS=2 build/bench/mixtrain_bench_onednn_strides
 // BM_TransposedA below: the same question for a transposed operand at the native level.
@@ -12,14 +12,14 @@
 #include <optional>
 #include <unordered_map>
 
-#include "kernels/onednn/common.h"
+#include "backends/cpu/kernels/onednn/common.h"
 
 namespace {
 
 using dnnl::memory;
 namespace onednn = mixtrain::kernels::onednn;
 
-constexpr int64_t kPadFloats = 16;  // as src/kernels/onednn/matmul.cpp
+constexpr int64_t kPadFloats = 16;  // as src/backends/cpu/kernels/onednn/matmul.cpp
 
 // 64-byte aligned fp32 buffer (the caching allocator's alignment), filled with `value`.
 struct Buffer {

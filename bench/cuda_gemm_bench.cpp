@@ -22,7 +22,7 @@
 #if MIXTRAIN_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "core/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_backend.h"
 #endif
 
 namespace mt = mixtrain;

@@ -4,47 +4,7 @@
 # public header without its HEADER_LAYER_ line, a src/ folder outside LAYERS) fails too: a header the
 # check cannot place is a hole in it.
 #   cmake -DSOURCE_DIR=<repo> -P cmake/CheckLayers.cmake
-# Layers, lowest first; a file may include its own layer's headers and lower ones'.
-set(LAYERS core kernels autograd ops optim amp nn io data dist train)
-# Public headers outside a layer folder, and the functional API that the ops layer implements.
-set(HEADER_LAYER_tensor.h core)
-set(HEADER_LAYER_device.h core)
-set(HEADER_LAYER_dtype.h core)
-set(HEADER_LAYER_shape.h core)
-set(HEADER_LAYER_half.h core)
-set(HEADER_LAYER_error.h core)
-set(HEADER_LAYER_memory.h core)
-set(HEADER_LAYER_random.h core)
-set(HEADER_LAYER_factory.h core)
-set(HEADER_LAYER_cpu.h core)
-set(HEADER_LAYER_parallel.h core)
-set(HEADER_LAYER_cuda.h core)
-set(HEADER_LAYER_float8.h core)
-set(HEADER_LAYER_autograd.h autograd)
-set(HEADER_LAYER_op_id.h ops)
-set(HEADER_LAYER_mixtrain.h train)
-set(HEADER_LAYER_nn/functional.h ops)
-set(HEADER_LAYER_nn/batch_norm.h ops)
-
-# The layer of a path relative to the repository ("src/<layer>/..." or "include/mixtrain/...").
-function(layer_of rel out)
-  set(result "")
-  if(rel MATCHES "^src/([a-z]+)/")
-    set(result ${CMAKE_MATCH_1})
-  elseif(rel MATCHES "^include/mixtrain/(.+)$")
-    set(name ${CMAKE_MATCH_1})
-    if(DEFINED HEADER_LAYER_${name})
-      set(result ${HEADER_LAYER_${name}})
-    elseif(name MATCHES "^([a-z]+)/")
-      set(result ${CMAKE_MATCH_1})
-    endif()
-  endif()
-  list(FIND LAYERS "${result}" rank)
-  if(rank LESS 0)
-    set(result "")
-  endif()
-  set(${out} "${result}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/Layers.cmake)
 
 file(STRINGS ${SOURCE_DIR}/cmake/layer-exceptions.txt allowed REGEX "^[^#]")
 file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/src/*.cpp ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cu

@@ -1,4 +1,4 @@
-# cuDNN for the CUDA backend's conv2d kernels (src/kernels/cuda/conv_cudnn.cpp, docs/cuda.md).
+# cuDNN for the CUDA backend's conv2d kernels (src/backends/cuda/kernels/conv_cudnn.cpp, docs/cuda.md).
 # Included by cmake/Cuda.cmake once the CUDA backend is decided.
 #   MIXTRAIN_CUDNN=AUTO  used when cudnn.h and libcudnn (version 9 or newer) are found (the default)
 #   MIXTRAIN_CUDNN=ON    required: configuring fails, saying what is missing

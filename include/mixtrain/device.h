@@ -18,6 +18,7 @@
 #include <iosfwd>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mixtrain {
 
@@ -57,6 +58,18 @@ std::string device_unavailable_reason(DeviceType type);
 // "cpu", "cuda", "checked", or the registered name of the kPrivateUse1 backend ("privateuse1" when
 // none is).
 const char* device_type_name(DeviceType t);
+
+// The device types this library knows (one per folder of src/backends/), in the enum's order: the
+// name parse_device accepts, whether "name:N" selects one of several devices, a line on what it
+// is, and whether this build includes its backend. Not listed: kPrivateUse1.
+struct DeviceTypeInfo {
+  DeviceType type;
+  const char* name;
+  bool indexed;
+  const char* summary;
+  bool built;
+};
+std::vector<DeviceTypeInfo> device_types();
 
 // A device from its name: "cpu", "cuda" (= "cuda:0"), "cuda:N", "checked" (= "checked:0"). Throws
 // mt::Error for anything else, and for a device this process cannot use, with the reason (no CUDA

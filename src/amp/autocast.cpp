@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "kernels/linalg.h"
 #include "mixtrain/autograd.h"
+#include "core/backend_descriptor.h"
 #include "ops/autocast_hook.h"
 #include "ops/round_through.h"
 
@@ -157,8 +158,12 @@ struct Autocast::Saved {
   AutocastState previous;
 };
 
-// PyTorch's defaults: float16 on CUDA, bfloat16 elsewhere.
-DType default_autocast_dtype(DeviceType device_type) { return device_type == kCUDA ? kFloat16 : kBFloat16; }
+// The device's descriptor says (PyTorch's defaults: float16 on CUDA, bfloat16 elsewhere); bfloat16 on
+// a device type without one.
+DType default_autocast_dtype(DeviceType device_type) {
+  const BuiltinBackend* b = builtin_backend_of(device_type);
+  return b != nullptr ? b->descriptor->autocast_dtype : kBFloat16;
+}
 
 Autocast::Autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled) : saved_(nullptr) {
   enter({.device_type = device_type, .dtype = dtype, .enabled = enabled});
@@ -174,6 +179,7 @@ void Autocast::enter(const AutocastOptions& o) {
     MT_CHECK(dtype == kBFloat16 || dtype == kFloat16, "amp::Autocast: the autocast dtype must be bfloat16 or float16, got ",
              dtype, " (to run a region in fp32, construct it with enabled=false)");
   }
+  detail::install_hook();
   AutocastState& s = state();
   saved_ = new Saved{s};
   saved_->previous.explain = nullptr;  // explain mode is owned by its guard, not restored
@@ -214,20 +220,25 @@ AutocastSnapshot::AutocastSnapshot() : state_(std::make_shared<const State>(Stat
 
 struct RestoredAutocast::Saved {
   AutocastState previous;
+  int suspension = 0;  // the ops' suspension depth, put back on exit
 };
 
 RestoredAutocast::RestoredAutocast(const AutocastSnapshot& snapshot) {
+  detail::install_hook();
   AutocastState& s = state();
-  saved_ = std::make_unique<Saved>(Saved{s});
+  saved_ = std::make_unique<Saved>(Saved{s, ops::autocast_suspension_depth()});
   const int nesting = s.nesting + 1;
   auto* explain = s.explain;
   s = snapshot.state_->state;
   s.nesting = nesting;  // a region of its own: its casts are cached until it ends
-  s.suspended = 0;
+  ops::autocast_suspension_depth() = 0;
   s.explain = explain;  // explain mode belongs to its guard
 }
 
-RestoredAutocast::~RestoredAutocast() { leave_region(std::move(saved_->previous)); }
+RestoredAutocast::~RestoredAutocast() {
+  ops::autocast_suspension_depth() = saved_->suspension;
+  leave_region(std::move(saved_->previous));
+}
 
 bool is_autocast_enabled() { return state().enabled; }
 DType get_autocast_dtype(DeviceType device_type) {
@@ -270,30 +281,20 @@ DType autocast_inputs(PolicyId op, std::initializer_list<Tensor*> inputs) {
 
 }  // namespace mixtrain::amp
 
-namespace mixtrain::ops {
+namespace mixtrain::amp {
+namespace {
 
-bool autocast_active() {
-  const auto& s = amp::detail::state();
-  return s.enabled && s.suspended == 0 && !autograd::in_backward();
+bool hook_active() {
+  const auto& s = detail::state();
+  return s.enabled && !autograd::in_backward();
 }
 
-AutocastRegionGuard::AutocastRegionGuard(bool suspended) : suspended_(suspended) {
-  if (suspended_) ++amp::detail::state().suspended;
-}
+void hook_cast_inputs(OpId op, std::span<Tensor* const> inputs) { apply_rule(policy_id(op), inputs); }
 
-AutocastRegionGuard::~AutocastRegionGuard() {
-  if (suspended_) --amp::detail::state().suspended;
-}
-
-AutocastRegionGuard autocast_slow(OpId op, std::span<Tensor* const> inputs) {
-  amp::apply_rule(amp::policy_id(op), inputs);
-  return AutocastRegionGuard(true);
-}
-
-AutocastRegionGuard autocast_linear_slow(OpId op, Tensor& x, Tensor& w, Tensor& b, bool& params_rounded) {
+void hook_cast_linear(OpId op, Tensor& x, Tensor& w, Tensor& b, bool& params_rounded) {
   Tensor* const inputs[] = {&x, &w, &b};
   Tensor* const params[] = {&w, &b};
-  const DType target = amp::apply_rule(amp::policy_id(op), inputs, params, &params_rounded);
+  const DType target = apply_rule(policy_id(op), inputs, params, &params_rounded);
   // Rounded parameters need a rounded weight (not a 16-bit one with only the bias rounded) and a
   // 16-bit input of the same precision (an ineligible x, fp64 say, keeps its dtype); otherwise the
   // op sees the casts it would have seen (and reports a mismatch if there is one).
@@ -302,7 +303,14 @@ AutocastRegionGuard autocast_linear_slow(OpId op, Tensor& x, Tensor& w, Tensor& 
     if (w.dtype() == kFloat32) w = w.to(target);
     if (b.defined() && b.dtype() == kFloat32) b = b.to(target);
   }
-  return AutocastRegionGuard(true);
 }
 
-}  // namespace mixtrain::ops
+constexpr ops::AutocastHandlers kHandlers{&hook_active, &hook_cast_inputs, &hook_cast_linear};
+
+}  // namespace
+
+namespace detail {
+void install_hook() { ops::install_autocast_handlers(&kHandlers); }
+}  // namespace detail
+
+}  // namespace mixtrain::amp

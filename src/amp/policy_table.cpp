@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/backend_descriptor.h"
 #include "amp/autocast_state.h"
 #include "mixtrain/amp/policy.h"
 #include "mixtrain/error.h"
@@ -69,7 +70,10 @@ Rule builtin_cuda_rule(OpId op) {
 }
 
 Rule builtin_rule(OpId op, DeviceType device) {
-  return device == kCUDA ? builtin_cuda_rule(op) : builtin_cpu_rule(op);
+  // The op list of the device's descriptor; the CPU's for a device type without one.
+  const BuiltinBackend* b = builtin_backend_of(device);
+  return b != nullptr && b->descriptor->autocast_ops == AutocastOpList::kCuda ? builtin_cuda_rule(op)
+                                                                              : builtin_cpu_rule(op);
 }
 
 // One policy table per device type: defaults and global overrides are per device; op names and

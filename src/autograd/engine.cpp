@@ -9,7 +9,8 @@
 #include <utility>
 
 #include "mixtrain/autograd.h"
-#include "mixtrain/factory.h"
+#include "core/views.h"
+#include "kernels/copy.h"
 #include "kernels/elementwise.h"
 
 namespace mixtrain {
@@ -118,6 +119,27 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
 
 namespace {
 
+// `g` added into the leaf gradient `grad` in place, as Tensor::add_ does it (the engine runs below the
+// ops layer, so it runs the add kernel itself): a wider `g` is added in the wider type and rounded
+// once into `grad`; a narrower one is widened first.
+void add_into(Tensor& grad, const Tensor& g) {
+  MT_CHECK(grad.device() == g.device(), "backward: gradients of one tensor on ", grad.device(), " and ", g.device());
+  MT_CHECK(broadcast_shapes(grad.shape(), g.shape(), "backward") == grad.shape(), "backward: gradient ", describe(g),
+           " does not broadcast to the accumulated ", describe(grad));
+  const DType common = promote_types(grad.dtype(), g.dtype());
+  const auto& add = kernels::binary_kernel(kernels::BinaryOp::kAdd);
+  if (common != grad.dtype()) {
+    Tensor sum = Tensor::empty(grad.shape(), common, grad.device());
+    add(sum.device(), common)(sum, kernels::converted(grad, common), views::expand(g, grad.shape()), {1.0});
+    kernels::copy(grad, sum);
+  } else {
+    Tensor o = kernels::converted(g, common);
+    if (o.shares_storage(grad) && !o.is_same(grad)) o = kernels::clone(o);  // another view of the same memory
+    add(grad.device(), common)(grad, grad, views::expand(o, grad.shape()), {1.0});
+  }
+  grad.bump_version();
+}
+
 // Accumulates an incoming gradient into a leaf's .grad, converted to the leaf's dtype.
 class AccumulateGrad : public Node {
  public:
@@ -132,11 +154,11 @@ class AccumulateGrad : public Node {
       if (can_adopt(g, leaf)) {
         leaf.set_grad(g);
       } else {
-        Tensor owned = g.dtype() == leaf.dtype() ? g.clone() : g.to(leaf.dtype());
-        leaf.set_grad(owned.contiguous());
+        Tensor owned = g.dtype() == leaf.dtype() ? kernels::clone(g) : kernels::converted(g, leaf.dtype());
+        leaf.set_grad(kernels::contiguous(owned));
       }
     } else {
-      existing.add_(g);
+      add_into(existing, g);
     }
     // Copied first: a hook may register or remove hooks.
     if (const AutogradMeta* m = leaf.impl().autograd.get(); m != nullptr && !m->post_accumulate_hooks.empty()) {
@@ -186,11 +208,11 @@ void accumulate(Tensor& slot, const Tensor& g) {
     MT_CHECK(slot.device() == g.device(), "backward: gradients of one tensor on ", slot.device(), " and ", g.device());
     const DType wide = promote_types(slot.dtype(), g.dtype());
     const Shape shape = broadcast_shapes(slot.shape(), g.shape(), "backward");
-    const Tensor a = slot.to(wide), b = g.to(wide);
+    const Tensor a = kernels::converted(slot, wide), b = kernels::converted(g, wide);
     Tensor sum = Tensor::empty(shape, wide, slot.device());
     kernels::binary_kernel(kernels::BinaryOp::kAdd)(sum.device(), wide)(
-        sum, a.shape() == shape ? a : a.expand(shape), b.shape() == shape ? b : b.expand(shape), {1.0});
-    slot = sum.dtype() == slot.dtype() ? sum : sum.to(slot.dtype());
+        sum, views::expand(a, shape), views::expand(b, shape), {1.0});
+    slot = kernels::converted(sum, slot.dtype());
   }
 }
 
@@ -225,7 +247,7 @@ TensorList execute(const TensorList& roots, const TensorList& grad_roots, bool r
   }
   for (auto& [node, s] : state) s.buffer.resize(node->num_outputs);
   for (size_t i = 0; i < roots.size(); ++i) {
-    Tensor g = grad_roots[i].dtype() == roots[i].dtype() ? grad_roots[i] : grad_roots[i].to(roots[i].dtype());
+    Tensor g = kernels::converted(grad_roots[i], roots[i].dtype());
     accumulate(state[root_edges[i].node.get()].buffer[root_edges[i].input_nr], g);
   }
 
@@ -329,7 +351,9 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
   if (gs.empty()) {
     for (const Tensor& o : outputs) {
       MT_CHECK(o.numel() == 1, "grad: grad_outputs must be given for non-scalar output ", describe(o));
-      gs.push_back(ones(o.shape(), {.dtype = o.dtype(), .device = o.device()}));
+      Tensor one = Tensor::empty(o.shape(), o.dtype(), o.device());
+      kernels::fill(one, 1.0);
+      gs.push_back(one);
     }
   }
   MT_CHECK(gs.size() == outputs.size(), "grad: got ", gs.size(), " grad_outputs for ", outputs.size(), " outputs");

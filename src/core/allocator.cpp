@@ -1,130 +1,22 @@
-// The CPU backend (a size-bucketed caching allocator with exact byte accounting, and memcpy for
-// transfers) and the registry of backends.
-//
-// Freed blocks go back to a per-size free list so that a steady-state training step, which frees
-// and allocates the same sizes every iteration, does not reach the system allocator. Sizes are
-// rounded up to a 64-byte multiple (small) or to a multiple of 1/8 of the next power of two (large),
-// so the cache can serve nearby sizes without wasting more than 25%. Accounting always uses the bytes
-// the caller asked for, so "a bf16 tensor of N elements costs 2N bytes" holds exactly.
+// The device registry: the backend of each device type (the built-in ones from src/backends/, found
+// through their descriptors on first need; another one registered), device names and availability,
+// the default device, and the memory API of mixtrain/memory.h.
 #include <array>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/backend_descriptor.h"
 #include "mixtrain/error.h"
 #include "mixtrain/memory.h"
 
 namespace mixtrain {
-using memory::kAlignment;
-using memory::Stats;
 namespace {
 
-size_t round_size(size_t n) {
-  if (n <= 4096) return (n + kAlignment - 1) / kAlignment * kAlignment;
-  size_t p = 1;
-  while (p < n) p <<= 1;
-  size_t step = p / 8;  // four size classes between p/2 and p: at most 25% over the request
-  return (n + step - 1) / step * step;
-}
-
-class CpuAllocator {
- public:
-  void* allocate(size_t nbytes) {
-    std::lock_guard lock(mu_);
-    size_t rounded = round_size(nbytes == 0 ? 1 : nbytes);
-    void* p = nullptr;
-    auto it = free_.find(rounded);
-    if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
-      stats_.cached_bytes -= static_cast<int64_t>(rounded);
-    } else {
-      p = std::aligned_alloc(kAlignment, rounded);
-      if (p == nullptr) {
-        release_cache_locked();
-        p = std::aligned_alloc(kAlignment, rounded);
-      }
-      MT_CHECK(p != nullptr, "out of memory: could not allocate ", nbytes, " bytes on cpu (", stats_.current_bytes,
-               " bytes in use)");
-      ++stats_.system_allocations;
-    }
-    ++stats_.allocations;
-    stats_.current_bytes += static_cast<int64_t>(nbytes);
-    if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
-    return p;
-  }
-
-  void deallocate(void* p, size_t nbytes) {
-    if (p == nullptr) return;
-    std::lock_guard lock(mu_);
-    size_t rounded = round_size(nbytes == 0 ? 1 : nbytes);
-    free_[rounded].push_back(p);
-    stats_.cached_bytes += static_cast<int64_t>(rounded);
-    stats_.current_bytes -= static_cast<int64_t>(nbytes);
-    ++stats_.frees;
-  }
-
-  Stats stats() {
-    std::lock_guard lock(mu_);
-    return stats_;
-  }
-  void reset_peak() {
-    std::lock_guard lock(mu_);
-    stats_.peak_bytes = stats_.current_bytes;
-  }
-  void empty_cache() {
-    std::lock_guard lock(mu_);
-    release_cache_locked();
-  }
-
- private:
-  void release_cache_locked() {
-    for (auto& [size, blocks] : free_)
-      for (void* b : blocks) std::free(b);
-    free_.clear();
-    stats_.cached_bytes = 0;
-  }
-
-  std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
-  Stats stats_;
-};
-
-CpuAllocator& cpu_allocator() {
-  // Leaked on purpose: tensors with static storage duration may be freed after main returns.
-  static auto* a = new CpuAllocator();
-  return *a;
-}
-
-class CpuBackend final : public Backend {
- public:
-  constexpr CpuBackend() = default;
-  const char* name() const override { return "cpu"; }
-  void* allocate(size_t nbytes, Stream) override { return cpu_allocator().allocate(nbytes); }
-  void deallocate(void* ptr, size_t nbytes, Stream) override { cpu_allocator().deallocate(ptr, nbytes); }
-  Stats stats(Device) override { return cpu_allocator().stats(); }
-  void reset_peak(Device) override { cpu_allocator().reset_peak(); }
-  void empty_cache(Device) override { cpu_allocator().empty_cache(); }
-  void copy_to_host(void* dst, const void* src, size_t nbytes, Device) override { copy_bytes(dst, src, nbytes); }
-  void copy_from_host(void* dst, const void* src, size_t nbytes, Device) override { copy_bytes(dst, src, nbytes); }
-  void synchronize(Device) override {}
-  void* host_address(void* ptr, Device) const override { return ptr; }
-
- private:
-  static void copy_bytes(void* dst, const void* src, size_t nbytes) {
-    if (nbytes != 0) std::memcpy(dst, src, nbytes);
-  }
-};
-
-constinit CpuBackend cpu_backend;
-// Constant-initialised: the CPU is present before any static initialiser runs, and a backend
-// registered by another translation unit's initialiser cannot be wiped by this one's.
-constinit std::array<std::atomic<Backend*>, kNumDeviceTypes> backends{&cpu_backend, nullptr, nullptr, nullptr};
+// Constant-initialised: empty before any static initialiser runs, so a backend registered by another
+// translation unit's initialiser cannot be wiped by this one's.
+constinit std::array<std::atomic<Backend*>, kNumDeviceTypes> backends{};
 
 }  // namespace
 
@@ -153,11 +45,19 @@ Backend* find_backend(DeviceType type) {
 
 bool has_backend(DeviceType type) { return find_backend(type) != nullptr; }
 
+namespace {
+// Why no backend serves `type`: the descriptor's reason when a folder describes it, else none registered.
+std::string missing_backend_reason(DeviceType type) {
+  const BuiltinBackend* builtin = builtin_backend_of(type);
+  if (builtin != nullptr && builtin->backend == nullptr) return builtin->descriptor->absent_reason;
+  return std::string("no backend for ") + device_type_name(type) + " is registered";
+}
+}  // namespace
+
 Backend& backend_for(Device device) {
   Backend* b = find_backend(device.type);
-  MT_CHECK(b != nullptr, "device ", device, " is not available: ", device.type == kCUDA
-               ? "this build of mixtrain has no CUDA backend (configure with -DMIXTRAIN_CUDA=ON, docs/cuda.md)"
-               : "no backend for it is registered");
+  if (b == nullptr) [[unlikely]]
+    MT_FAIL("device ", device, " is not available: ", missing_backend_reason(device.type));
   return *b;
 }
 
@@ -168,23 +68,28 @@ int device_count(DeviceType type) {
 
 std::string device_unavailable_reason(DeviceType type) {
   Backend* b = find_backend(type);
-  if (b == nullptr)
-    return type == kCUDA ? "this build of mixtrain has no CUDA backend (MIXTRAIN_CUDA was OFF or no toolkit was found)"
-                         : std::string("no backend for ") + device_type_name(type) + " is registered";
+  if (b == nullptr) return missing_backend_reason(type);
   return b->device_count() > 0 ? std::string() : b->unavailable_reason();
 }
 
 const char* device_type_name(DeviceType t) {
-  switch (t) {
-    case kCPU: return "cpu";
-    case kCUDA: return "cuda";
-    case kChecked: return "checked";
-    case kPrivateUse1: {
-      Backend* b = backends[static_cast<int>(t)].load(std::memory_order_acquire);
-      return b ? b->name() : "privateuse1";
-    }
+  if (const BuiltinBackend* builtin = builtin_backend_of(t); builtin != nullptr) return builtin->descriptor->name;
+  if (t == kPrivateUse1) {
+    Backend* b = backends[static_cast<int>(t)].load(std::memory_order_acquire);
+    return b ? b->name() : "privateuse1";
   }
   return "unknown";
+}
+
+std::vector<DeviceTypeInfo> device_types() {
+  std::vector<DeviceTypeInfo> out;
+  for (int t = 0; t < kNumDeviceTypes; ++t) {  // in the enum's order
+    const BuiltinBackend* b = builtin_backend_of(static_cast<DeviceType>(t));
+    if (b == nullptr) continue;
+    const BackendDescriptor& d = *b->descriptor;
+    out.push_back({d.type, d.name, d.indexed, d.summary, b->backend != nullptr});
+  }
+  return out;
 }
 
 SyncCounts sync_counts(Device device) {
@@ -194,20 +99,24 @@ SyncCounts sync_counts(Device device) {
 
 Device parse_device(std::string_view text) {
   const std::string shown = detail::escape_untrusted(text.substr(0, 32));
-  auto fail = [&]() -> Device {
-    MT_FAIL("device \"", shown, "\" is not one of cpu, cuda, cuda:N, checked");
-  };
+  std::string names;
+  for (const DeviceTypeInfo& d : device_types()) {
+    names += names.empty() ? "" : ", ";
+    names += d.name;
+    if (d.indexed) names += std::string(", ") + d.name + ":N";
+  }
+  auto fail = [&]() -> Device { MT_FAIL("device \"", shown, "\" is not one of ", names); };
   const size_t colon = text.find(':');
   const std::string_view type_name = text.substr(0, colon);
-  DeviceType type = kCPU;
-  if (type_name == "cpu") type = kCPU;
-  else if (type_name == "cuda") type = kCUDA;
-  else if (type_name == "checked") type = kChecked;
-  else return fail();
+  const BackendDescriptor* found = nullptr;
+  for (const BuiltinBackend& b : builtin_backends())
+    if (type_name == b.descriptor->name) found = b.descriptor;
+  if (found == nullptr) return fail();
+  const DeviceType type = found->type;
   int index = 0;
   if (colon != std::string_view::npos) {
     const std::string_view digits = text.substr(colon + 1);
-    if (type == kCPU || digits.empty() || digits.size() > 4) return fail();
+    if (!found->indexed || digits.empty() || digits.size() > 4) return fail();
     for (char c : digits) {
       if (c < '0' || c > '9') return fail();
       index = index * 10 + (c - '0');

@@ -1,10 +1,11 @@
 // The device seam of the core: one Backend per device type owns that type's memory and the byte
-// transfers between it and the host. Kernels (src/kernels/<backend>/) are registered separately in
-// the kernel registry (src/kernels/registry.h); together they are everything a device needs.
+// transfers between it and the host. Kernels (src/backends/<name>/kernels/) are registered
+// separately in the kernel registry (src/kernels/dispatch.h); together with a descriptor
+// (core/backend_descriptor.h) they make a backend folder, src/backends/<name>/.
 //
-// The CPU backend is built in (constant-initialised, present before any static initialiser runs).
-// Another backend registers itself once with register_backend(), before the first tensor on its
-// device is made; docs/notes/backends.md walks through adding one.
+// The built-in backends are installed on first need. A backend defined outside the library
+// registers itself once with register_backend(), before the first tensor on its device is made;
+// docs/notes/backends.md walks through adding one.
 //
 // Nothing above a backend reads or writes device memory: Tensor::item, to_vector, printing and
 // saving copy to the host through copy_to_host, and factories that know their values on the host
@@ -50,7 +51,7 @@ class Backend {
   virtual void synchronize(Device device) = 0;
 
   // The host address of device memory for backends whose memory the host can address (the CPU and
-  // host-memory test devices); the kernels of src/kernels/cpu run on any device that has one. Others
+  // host-memory test devices); the kernels of src/backends/cpu/kernels run on any device that has one. Others
   // throw (the default).
   virtual void* host_address(void* device_ptr, Device device) const;
 
@@ -76,8 +77,8 @@ class Backend {
   std::atomic<int64_t> to_host_{0}, from_host_{0}, synchronize_{0}, kernel_results_{0};
 };
 
-// The backend of `type` built into this library besides the CPU's (CUDA's, in a MIXTRAIN_CUDA
-// build), or nullptr. has_backend and backend_for install it on first need unless another backend
+// The backend of `type` built into this library (a folder of src/backends/ whose backend this build
+// includes: the CPU's and the checked device's always, CUDA's in a MIXTRAIN_CUDA build), or nullptr. has_backend and backend_for install it on first need unless another backend
 // was registered for the type first.
 Backend* builtin_backend(DeviceType type);
 

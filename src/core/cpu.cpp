@@ -11,11 +11,9 @@
 
 #include "mixtrain/error.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MT_CPU_X86 1
+#include "core/isa_target.h"
+#if MT_X86_TARGETS
 #include <cpuid.h>
-#else
-#define MT_CPU_X86 0
 #endif
 
 namespace mixtrain::cpu {
@@ -23,7 +21,7 @@ namespace {
 
 constexpr const char* kEnvVar = "MIXTRAIN_MAX_ISA";
 
-#if MT_CPU_X86
+#if MT_X86_TARGETS
 uint64_t read_xcr0() {
   uint32_t lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));

@@ -48,7 +48,7 @@ struct Kernels {
 Kernels kernels_of(HalfImpl impl) {
   switch (impl) {
     case HalfImpl::kScalar: return {fp32_to_fp16_scalar, fp16_to_fp32_scalar, fp32_to_bf16_scalar, bf16_to_fp32_scalar};
-#if MT_HALF_X86_KERNELS
+#if MT_X86_TARGETS
     case HalfImpl::kF16C: return {x86::fp32_to_fp16_f16c, x86::fp16_to_fp32_f16c, nullptr, nullptr};
     case HalfImpl::kAvx2: return {nullptr, nullptr, x86::fp32_to_bf16_avx2, x86::bf16_to_fp32_avx2};
     case HalfImpl::kAvx512:
@@ -86,7 +86,7 @@ cpu::Isa required_level(HalfImpl impl) {
 }
 
 bool runs_at(HalfImpl impl, cpu::Isa level) {
-  return impl == HalfImpl::kScalar || (MT_HALF_X86_KERNELS && required_level(impl) <= level);
+  return impl == HalfImpl::kScalar || (MT_X86_TARGETS && required_level(impl) <= level);
 }
 
 // The kernels the public converters call at one ISA level.

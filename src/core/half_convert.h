@@ -6,17 +6,13 @@
 // implementation is bit-identical to the scalar functions in mixtrain/half.h.
 #pragma once
 
+#include "core/isa_target.h"
 #include <cstdint>
 #include <vector>
 
 #include "mixtrain/half.h"
 
-// The x86 SIMD kernels use per-function target attributes, so they need GCC or Clang on x86-64.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MT_HALF_X86_KERNELS 1
-#else
-#define MT_HALF_X86_KERNELS 0
-#endif
+// The x86 SIMD kernels use per-function target attributes (core/isa_target.h): GCC or Clang on x86-64.
 
 namespace mixtrain::detail {
 
@@ -55,7 +51,7 @@ void convert_fp16_to_fp32_using(HalfImpl impl, const float16* src, float* dst, i
 void convert_fp32_to_bf16_using(HalfImpl impl, const float* src, bfloat16* dst, int64_t n);
 void convert_bf16_to_fp32_using(HalfImpl impl, const bfloat16* src, float* dst, int64_t n);
 
-#if MT_HALF_X86_KERNELS
+#if MT_X86_TARGETS
 // Kernels in half_convert_x86.cpp. Call one only when cpu_supports() says its ISA is there.
 namespace x86 {
 void fp32_to_fp16_f16c(const float* src, float16* dst, int64_t n);

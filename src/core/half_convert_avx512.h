@@ -6,14 +6,15 @@
 // cpu::isa() >= kAvx512 (mixtrain/cpu.h; a caller with a wider target list may inline them).
 #pragma once
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "core/isa_target.h"
+
+#if MT_X86_TARGETS
 
 #include <immintrin.h>
 
 namespace mixtrain::detail::x86 {
 
 // The AVX-512 subset these steps and the bulk converters of half_convert_x86.cpp are built for.
-#define MT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 // The scalar fp32_to_bf16_bits on each of 16 lanes (round to nearest even, NaN -> quiet NaN with the
 // top payload bits), the bf16 value kept as fp32: bf16_widen16(bf16_round16(x)) without the trip

@@ -4,11 +4,12 @@
 // still runs on any x86-64: half.cpp calls a kernel only after cpuid has shown the ISA is there.
 // Every kernel gives the same bits as the scalar functions of mixtrain/half.h, NaN and subnormals
 // included (Note [Half conversions] in docs/notes/conversions.md).
+#include "core/isa_target.h"
 #include "core/half_convert.h"
 #include "core/half_convert_avx2.h"
 #include "core/half_convert_avx512.h"
 
-#if MT_HALF_X86_KERNELS
+#if MT_X86_TARGETS
 
 #include <immintrin.h>
 
@@ -20,9 +21,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#define MT_TARGET_F16C __attribute__((target("avx,f16c")))
-// MT_TARGET_AVX2: core/half_convert_avx2.h; MT_TARGET_AVX512: core/half_convert_avx512.h.
-#define MT_TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace mixtrain::detail::x86 {
 
@@ -47,12 +45,12 @@ MT_TARGET_F16C inline __m256 fp16_widen8(const float16* src) {
 // bf16_round8 and the 8-lane widening: core/half_convert_avx2.h.
 
 // 16 floats -> 16 bf16 (lanes hold values <= 0xffff, so the unsigned-saturating pack is exact).
-MT_TARGET_AVX2 inline __m256i bf16_narrow16_avx2(const float* src) {
+MT_TARGET_AVX2_NO_FMA inline __m256i bf16_narrow16_avx2(const float* src) {
   const __m256i packed = _mm256_packus_epi32(bf16_round8(_mm256_loadu_ps(src)), bf16_round8(_mm256_loadu_ps(src + 8)));
   return _mm256_permute4x64_epi64(packed, 0xd8);  // undo the per-128-bit-lane interleave of packus
 }
 
-MT_TARGET_AVX2 inline __m256 bf16_load8(const bfloat16* src) {
+MT_TARGET_AVX2_NO_FMA inline __m256 bf16_load8(const bfloat16* src) {
   return bf16_widen8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
 }
 
@@ -113,7 +111,7 @@ MT_TARGET_F16C void fp16_to_fp32_f16c(const float16* src, float* dst, int64_t n)
   }
 }
 
-MT_TARGET_AVX2 void fp32_to_bf16_avx2(const float* src, bfloat16* dst, int64_t n) {
+MT_TARGET_AVX2_NO_FMA void fp32_to_bf16_avx2(const float* src, bfloat16* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16_narrow16_avx2(src + i));
   if (i < n) {
@@ -126,7 +124,7 @@ MT_TARGET_AVX2 void fp32_to_bf16_avx2(const float* src, bfloat16* dst, int64_t n
   }
 }
 
-MT_TARGET_AVX2 void bf16_to_fp32_avx2(const bfloat16* src, float* dst, int64_t n) {
+MT_TARGET_AVX2_NO_FMA void bf16_to_fp32_avx2(const bfloat16* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256 a = bf16_load8(src + i);
@@ -203,4 +201,4 @@ MT_TARGET_AVX512BF16 void fp32_to_bf16_avx512bf16(const float* src, bfloat16* ds
 
 }  // namespace mixtrain::detail::x86
 
-#endif  // MT_HALF_X86_KERNELS
+#endif  // MT_X86_TARGETS

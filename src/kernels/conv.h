@@ -1,5 +1,5 @@
-// Kernel tables of conv2d (front-end in src/ops/conv.cpp; kernels in src/kernels/onednn/conv.cpp
-// and src/kernels/cpu/ref/conv_ref.cpp).
+// Kernel tables of conv2d (front-end in src/ops/conv.cpp; kernels in src/backends/cpu/kernels/onednn/conv.cpp
+// and src/backends/cpu/kernels/ref/conv_ref.cpp).
 //
 // Accumulation dtype: fp32 for fp32, bf16 and fp16; fp64 for fp64 (reference loops).
 //   fp32  oneDNN convolution primitives
@@ -35,8 +35,8 @@ using Conv2dForwardFn = void(const Tensor& x, const Tensor& w, const Tensor& bia
 using Conv2dBackwardFn = void(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& gx, const Tensor& gw,
                               const Tensor& gb, const Conv2dGeometry& g);
 
-extern DispatchTable<Conv2dForwardFn> conv2d_forward_table;
-extern DispatchTable<Conv2dBackwardFn> conv2d_backward_table;
+MT_KERNEL_TABLE(DispatchTable<Conv2dForwardFn>, conv2d_forward_table, "conv2d");
+MT_KERNEL_TABLE(DispatchTable<Conv2dBackwardFn>, conv2d_backward_table, "conv2d backward");
 inline const DispatchTable<Conv2dForwardFn>& conv2d_forward_kernel() { return conv2d_forward_table; }
 inline const DispatchTable<Conv2dBackwardFn>& conv2d_backward_kernel() { return conv2d_backward_table; }
 

@@ -15,15 +15,15 @@ namespace mixtrain::kernels {
 using CopyFn = void(const Tensor& dst, const Tensor& src);
 // Every element of dst (any strides) set to `value` converted to dst's dtype.
 using FillFn = void(const Tensor& dst, double value);
-extern DispatchTable<CopyFn> copy_table;
-extern DispatchTable<FillFn> fill_table;
+MT_KERNEL_TABLE(DispatchTable<CopyFn>, copy_table, "copy");
+MT_KERNEL_TABLE(DispatchTable<FillFn>, fill_table, "fill");
 
 // dst = src rounded to a 16-bit precision and widened back, in one pass: the values of
 // src.to(precision).to(kFloat32) (round to nearest even, the converters of half.h), with no 16-bit
 // tensor in between. dst and src are fp32, contiguous, of one shape; dst may be src. Keyed by the
 // precision (bfloat16 or float16).
 using RoundThroughFn = void(const Tensor& dst, const Tensor& src);
-extern DispatchTable<RoundThroughFn> round_through_table;
+MT_KERNEL_TABLE(DispatchTable<RoundThroughFn>, round_through_table, "round through 16 bits");
 
 inline void copy(const Tensor& dst, const Tensor& src) {
   MT_CHECK(dst.shape() == src.shape(), "copy: shape mismatch, destination ", describe(dst), ", source ", describe(src));
@@ -44,6 +44,24 @@ inline void fill(const Tensor& dst, double value) {
 //             first_block + i / 4, except fp64, which uses block first_block + i (53 bits);
 //   kNormal:  a + b * z, z by Box-Muller from block first_block + i;
 //   kInteger: a + (64 random bits of block first_block + i) mod (b - a), b > a.
+// Copies without autograd, for kernels and the autograd engine (the Tensor methods of the same
+// names are these plus autograd records, in the ops layer): a fresh contiguous copy; `t` itself
+// when it already is contiguous, else a copy; `t` in `dtype` (itself when it has it, else a
+// converted contiguous copy); `t` with `shape` (a view when its strides allow, else a copy's view).
+inline Tensor clone(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  copy(out, t);
+  return out;
+}
+inline Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }
+inline Tensor converted(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  copy(out, t);
+  return out;
+}
+Tensor reshaped(const Tensor& t, const Shape& shape);
+
 enum class RandomKind : uint8_t { kUniform, kNormal, kInteger };
 struct RandomParams {
   RandomKind kind = RandomKind::kUniform;
@@ -53,7 +71,7 @@ struct RandomParams {
   int64_t low = 0, high = 1;  // kInteger's bounds, exact
 };
 using RandomFillFn = void(const Tensor& t, const RandomParams& p);
-extern DispatchTable<RandomFillFn> random_fill_table;
+MT_KERNEL_TABLE(DispatchTable<RandomFillFn>, random_fill_table, "random fill");
 
 // How many Philox blocks a fill of n elements consumes (what the generator advances by).
 inline uint64_t random_blocks(RandomKind kind, DType dtype, int64_t n) {

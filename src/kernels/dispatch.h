@@ -4,10 +4,18 @@
 // mt::Error naming the op, dtype and device. Tables are namespace-scope objects constant-initialised
 // to "no kernel" (constinit: they exist before any static initialiser runs), and filled only by the
 // backends' explicit registration functions, `register_<backend>(Registry&)`: the CPU's
-// (src/kernels/cpu/register.cpp) runs once, on the first lookup that misses; another backend calls
+// (src/backends/cpu/kernels/register.cpp) runs once, on the first lookup that misses; another backend calls
 // register_kernels() with its own function before its first op. A Registry writes only the slots of
-// its own device type, so the order in which backends register cannot matter. The list of all
-// tables is in registry.cpp (for_each_table); docs/notes/backends.md says how to add a device.
+// its own device type, so the order in which backends register cannot matter.
+//
+// A table is declared and defined at once, in its family's header, by one line:
+//
+//   MT_KERNEL_TABLE(DispatchTable<CopyFn>, copy_table, "copy");   // type, name, constructor arguments
+//
+// (an inline constinit variable: no separate definition). That line is the table's only listing:
+// CMake collects the MT_KERNEL_TABLE lines of src/kernels/*.h into the typed list that
+// for_each_table and the wrapping backends walk (kernels/table_list.h, cmake/KernelTables.cmake).
+// The macro must start its line. docs/notes/backends.md says how to add a device.
 #pragma once
 
 #include <array>
@@ -17,6 +25,9 @@
 #include "mixtrain/device.h"
 #include "mixtrain/dtype.h"
 #include "mixtrain/error.h"
+
+// See above: `Type` without commas outside parentheses (an alias for std::array tables).
+#define MT_KERNEL_TABLE(Type, name, ...) inline constinit Type name{__VA_ARGS__}
 
 namespace mixtrain::kernels {
 

@@ -1,5 +1,5 @@
 // Calling a kernel template with the C++ element type of a runtime dtype: shared by the CPU kernels
-// (kernels/cpu/loops.h) and the CUDA kernels (kernels/cuda/common.cuh, which maps the 16-bit host
+// (backends/cpu/kernels/loops.h) and the CUDA kernels (backends/cuda/kernels/common.cuh, which maps the 16-bit host
 // types to CUDA's with dev_t).
 #pragma once
 

@@ -1,5 +1,5 @@
 // Kernel tables of the elementwise family (front-ends in src/ops/elementwise*.cpp, CPU kernels in
-// src/kernels/cpu/elementwise*.cpp).
+// src/backends/cpu/kernels/elementwise*.cpp).
 //
 // Every kernel takes operands of one shape with any strides (broadcast inputs arrive as stride-0
 // expand views) and, except where noted, one floating dtype shared by the output and the inputs;
@@ -43,8 +43,13 @@ using UnaryFn = void(const Tensor& out, const Tensor& x, Scalars s);
 // the output y for exp, sqrt, rsqrt, tanh, sigmoid, relu; the input x for the others.
 using UnaryBackwardFn = void(const Tensor& grad_in, const Tensor& grad_out, const Tensor& saved, Scalars s);
 
-extern std::array<DispatchTable<UnaryFn>, static_cast<int>(UnaryOp::kCount)> unary_forward_tables;
-extern std::array<DispatchTable<UnaryBackwardFn>, static_cast<int>(UnaryOp::kCount)> unary_backward_tables;
+using UnaryForwardTables = std::array<DispatchTable<UnaryFn>, static_cast<int>(UnaryOp::kCount)>;
+// Named after the op: errors read "gelu: no kernel for dtype ...".
+#define MT_UNARY_FORWARD_TABLE(name) DispatchTable<UnaryFn>{#name},
+#define MT_UNARY_BACKWARD_TABLE(name) DispatchTable<UnaryBackwardFn>{#name},
+MT_KERNEL_TABLE(UnaryForwardTables, unary_forward_tables, MT_FORALL_UNARY_KERNELS(MT_UNARY_FORWARD_TABLE));
+using UnaryBackwardTables = std::array<DispatchTable<UnaryBackwardFn>, static_cast<int>(UnaryOp::kCount)>;
+MT_KERNEL_TABLE(UnaryBackwardTables, unary_backward_tables, MT_FORALL_UNARY_KERNELS(MT_UNARY_BACKWARD_TABLE));
 inline const DispatchTable<UnaryFn>& unary_kernel(UnaryOp op) { return unary_forward_tables[static_cast<int>(op)]; }
 // Empty for ops whose backward is composed of other ops (neg, add/mul_scalar): looking one up throws.
 inline const DispatchTable<UnaryBackwardFn>& unary_backward_kernel(UnaryOp op) {
@@ -58,7 +63,7 @@ inline const DispatchTable<UnaryBackwardFn>& unary_backward_kernel(UnaryOp op) {
 // dtype and shape and are contiguous; grad_in may be grad_out itself (each element is read before
 // it is written).
 using GeluForwardBackwardFn = void(const Tensor& y, const Tensor& grad_in, const Tensor& grad_out, const Tensor& x);
-extern DispatchTable<GeluForwardBackwardFn> gelu_forward_backward_table;
+MT_KERNEL_TABLE(DispatchTable<GeluForwardBackwardFn>, gelu_forward_backward_table, "gelu");
 inline const DispatchTable<GeluForwardBackwardFn>& gelu_forward_backward_kernel() {
   return gelu_forward_backward_table;
 }
@@ -66,7 +71,8 @@ inline const DispatchTable<GeluForwardBackwardFn>& gelu_forward_backward_kernel(
 // Binary arithmetic: out = a + s.a * b (add, sub with negated alpha), a * b, a / b, pow(a, b).
 enum class BinaryOp : uint8_t { kAdd, kMul, kDiv, kPow, kCount };
 using BinaryFn = void(const Tensor& out, const Tensor& a, const Tensor& b, Scalars s);
-extern std::array<DispatchTable<BinaryFn>, static_cast<int>(BinaryOp::kCount)> binary_tables;
+using BinaryTables = std::array<DispatchTable<BinaryFn>, static_cast<int>(BinaryOp::kCount)>;
+MT_KERNEL_TABLE(BinaryTables, binary_tables, DispatchTable<BinaryFn>{"add"}, DispatchTable<BinaryFn>{"mul"}, DispatchTable<BinaryFn>{"div"}, DispatchTable<BinaryFn>{"pow"});
 inline const DispatchTable<BinaryFn>& binary_kernel(BinaryOp op) { return binary_tables[static_cast<int>(op)]; }
 
 // Fused pieces of binary backward formulas, one pass and one rounding each: out = f(g, a, b) with
@@ -76,7 +82,9 @@ inline const DispatchTable<BinaryFn>& binary_kernel(BinaryOp op) { return binary
 //   pow_grad_exponent: g * a^b * log(a), 0 where a == 0 and b >= 0 (PyTorch)
 enum class TernaryOp : uint8_t { kDivGradB, kPowGradBase, kPowGradExponent, kCount };
 using TernaryFn = void(const Tensor& out, const Tensor& g, const Tensor& a, const Tensor& b);
-extern std::array<DispatchTable<TernaryFn>, static_cast<int>(TernaryOp::kCount)> ternary_tables;
+using TernaryTables = std::array<DispatchTable<TernaryFn>, static_cast<int>(TernaryOp::kCount)>;
+// Named after their forward op.
+MT_KERNEL_TABLE(TernaryTables, ternary_tables, DispatchTable<TernaryFn>{"div"}, DispatchTable<TernaryFn>{"pow"}, DispatchTable<TernaryFn>{"pow"});
 inline const DispatchTable<TernaryFn>& ternary_kernel(TernaryOp op) { return ternary_tables[static_cast<int>(op)]; }
 
 // Selection, any dtype (no arithmetic, values are copied bit for bit):
@@ -84,8 +92,8 @@ inline const DispatchTable<TernaryFn>& ternary_kernel(TernaryOp op) { return ter
 //   masked_fill: out = mask ? value : x (mask bool; value converted once to out's dtype)
 using WhereFn = void(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
 using MaskedFillFn = void(const Tensor& out, const Tensor& x, const Tensor& mask, double value);
-extern DispatchTable<WhereFn> where_table;
-extern DispatchTable<MaskedFillFn> masked_fill_table;
+MT_KERNEL_TABLE(DispatchTable<WhereFn>, where_table, "where");
+MT_KERNEL_TABLE(DispatchTable<MaskedFillFn>, masked_fill_table, "masked_fill");
 inline const DispatchTable<WhereFn>& where_kernel() { return where_table; }
 inline const DispatchTable<MaskedFillFn>& masked_fill_kernel() { return masked_fill_table; }
 
@@ -95,8 +103,9 @@ inline const DispatchTable<MaskedFillFn>& masked_fill_kernel() { return masked_f
 enum class CompareOp : uint8_t { kGt, kLt, kCount };
 using CompareFn = void(const Tensor& out, const Tensor& a, const Tensor& b);
 using CompareScalarFn = void(const Tensor& out, const Tensor& a, double b);
-extern DispatchTable<CompareFn> eq_table;
-extern std::array<DispatchTable<CompareScalarFn>, static_cast<int>(CompareOp::kCount)> compare_scalar_tables;
+MT_KERNEL_TABLE(DispatchTable<CompareFn>, eq_table, "eq");
+using CompareScalarTables = std::array<DispatchTable<CompareScalarFn>, static_cast<int>(CompareOp::kCount)>;
+MT_KERNEL_TABLE(CompareScalarTables, compare_scalar_tables, DispatchTable<CompareScalarFn>{"gt"}, DispatchTable<CompareScalarFn>{"lt"});
 inline const DispatchTable<CompareFn>& eq_kernel() { return eq_table; }
 inline const DispatchTable<CompareScalarFn>& compare_scalar_kernel(CompareOp op) {
   return compare_scalar_tables[static_cast<int>(op)];

@@ -8,7 +8,7 @@
 // Other conversions need no rule: integer -> narrower integer wraps modulo 2^bits (C++20 and CUDA
 // agree), anything -> bool is "!= 0" (NaN -> true), integer -> float rounds to nearest.
 //
-// Included by the CPU kernels (kernels/cpu/loops.h) and the CUDA kernels (kernels/cuda/common.cuh).
+// Included by the CPU kernels (backends/cpu/kernels/loops.h) and the CUDA kernels (backends/cuda/kernels/common.cuh).
 #pragma once
 
 #include <limits>

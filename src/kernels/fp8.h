@@ -20,8 +20,8 @@ namespace mixtrain::kernels {
 
 using Fp8QuantizeFn = float(const Tensor& dst_codes, const Tensor& src, float scale, Fp8Format format);
 using Fp8DequantizeFn = void(const Tensor& dst, const Tensor& src_codes, float scale_inv, Fp8Format format);
-extern DispatchTable<Fp8QuantizeFn> fp8_quantize_table;
-extern DispatchTable<Fp8DequantizeFn> fp8_dequantize_table;
+MT_KERNEL_TABLE(DispatchTable<Fp8QuantizeFn>, fp8_quantize_table, "fp8 quantize");
+MT_KERNEL_TABLE(DispatchTable<Fp8DequantizeFn>, fp8_dequantize_table, "fp8 dequantize");
 
 inline void check_fp8_operands(const char* op, const Tensor& values, const Tensor& codes) {
   MT_CHECK(codes.dtype() == kUInt8 && codes.is_contiguous() && values.is_contiguous() &&

@@ -1,5 +1,5 @@
 // Kernel tables of the linalg family (front-ends in src/ops/linalg.cpp; kernels in
-// src/kernels/onednn/matmul.cpp and src/kernels/cpu/ref/).
+// src/backends/cpu/kernels/onednn/matmul.cpp and src/backends/cpu/kernels/ref/).
 //
 // Accumulation dtype: fp32 for fp32, bf16 and fp16 (16-bit values are exact in fp32; the result is
 // rounded once on store); fp64 for fp64 (the scalar reference loop, used for gradient checks).
@@ -25,7 +25,7 @@ namespace mixtrain::kernels {
 // memory descriptors, not copied (only layouts oneDNN cannot take are made contiguous first).
 // out is contiguous. a, b, bias (optional, contiguous, [m]) and out share one floating dtype.
 using MatmulFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
-extern DispatchTable<MatmulFn> matmul_table;
+MT_KERNEL_TABLE(DispatchTable<MatmulFn>, matmul_table, "matmul");
 inline const DispatchTable<MatmulFn>& matmul_kernel() { return matmul_table; }
 
 // The fp32 route with mixed operand dtypes: a, b (and bias) may each be fp32, bf16 or fp16; 16-bit
@@ -33,7 +33,7 @@ inline const DispatchTable<MatmulFn>& matmul_kernel() { return matmul_table; }
 // out's dtype (fp32, bf16 or fp16). Shapes and strides as for MatmulFn. The numerics equal those
 // of the 16-bit kernels whenever every fp32 operand holds exactly widened 16-bit values.
 // Keyed by out's dtype.
-extern DispatchTable<MatmulFn> matmul_fp32_route_table;
+MT_KERNEL_TABLE(DispatchTable<MatmulFn>, matmul_fp32_route_table, "matmul (fp32 route)");
 inline void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
   matmul_fp32_route_table(out.device(), out.dtype())(a, b, bias, out);
 }
@@ -52,12 +52,12 @@ inline int64_t sum_rows_block(int64_t rows) {
   return std::max<int64_t>(64, (rows + kSumRowsMaxBlocks - 1) / kSumRowsMaxBlocks);
 }
 using SumRowsFn = void(const Tensor& x, const Tensor& out);
-extern DispatchTable<SumRowsFn> sum_rows_table;  // keyed by x's dtype
+MT_KERNEL_TABLE(DispatchTable<SumRowsFn>, sum_rows_table, "sum_rows");  // keyed by x's dtype
 inline void sum_rows(const Tensor& x, const Tensor& out) { sum_rows_table(x.device(), x.dtype())(x, out); }
 
 // out (contiguous, same rank and dtype as x, each dim equal to x's or 1) = x summed over the dims
 // where out has size 1: the gradient of a broadcast batch dim of matmul.
-extern DispatchTable<SumRowsFn> sum_to_size_table;  // keyed by x's dtype
+MT_KERNEL_TABLE(DispatchTable<SumRowsFn>, sum_to_size_table, "sum_to_size");  // keyed by x's dtype
 inline void sum_to_size(const Tensor& x, const Tensor& out) { sum_to_size_table(x.device(), x.dtype())(x, out); }
 
 // How bfloat16 matmuls and convolutions compute. kNative runs oneDNN's bf16 kernels; kFp32
@@ -96,7 +96,7 @@ bool uses_fp32_route(DType dtype);
 // matmuls of `dtype` run on the fp32 route, so that matmul_fp32_route is the way to feed them a
 // widened operand. Every backend registers an answer for every dtype.
 using UsesFp32RouteFn = bool(DType dtype);
-extern DispatchTable<UsesFp32RouteFn> uses_fp32_route_table;
+MT_KERNEL_TABLE(DispatchTable<UsesFp32RouteFn>, uses_fp32_route_table, "matmul route");
 inline bool uses_fp32_route(Device device, DType dtype) { return uses_fp32_route_table(device, dtype)(dtype); }
 
 // oneDNN primitive caches (matmul and conv), shared counters: primitives created (cache misses)

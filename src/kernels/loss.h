@@ -14,7 +14,7 @@ namespace mixtrain::kernels {
 // values it shares: the front-ends cast between them).
 enum class Reduction : uint8_t { kNone, kMean, kSum };
 
-// ---- cross_entropy / nll_loss (src/kernels/cpu/loss.cpp). input [M, C] (logits, or log-probs when
+// ---- cross_entropy / nll_loss (src/backends/cpu/kernels/loss.cpp). input [M, C] (logits, or log-probs when
 // `log_probs`), target [M] int32/int64 (validated: in [0, C) or ignore_index).
 struct ClassLossParams {
   bool log_probs = false;  // nll_loss: the input already holds log-probabilities
@@ -33,10 +33,10 @@ using ClassLossFwdFn = void(const Tensor& input, const Tensor& target, const Ten
 // -scale at the target (nll_loss); zero rows for ignored targets. gy: [M] or a scalar, input dtype.
 using ClassLossBwdFn = void(const Tensor& input, const Tensor& target, const Tensor& lse, const Tensor& gy,
                             const Tensor& gx, const ClassLossParams& p, int64_t valid_rows);
-extern DispatchTable<ClassLossFwdFn> class_loss_fwd;
-extern DispatchTable<ClassLossBwdFn> class_loss_bwd;
+MT_KERNEL_TABLE(DispatchTable<ClassLossFwdFn>, class_loss_fwd, "cross_entropy");
+MT_KERNEL_TABLE(DispatchTable<ClassLossBwdFn>, class_loss_bwd, "cross_entropy_backward");
 
-// ---- pointwise losses (src/kernels/cpu/loss_pointwise.cpp). input and target: same shape, same dtype.
+// ---- pointwise losses (src/backends/cpu/kernels/loss_pointwise.cpp). input and target: same shape, same dtype.
 enum class PointwiseLoss : uint8_t { kMse, kBce, kBceWithLogits };
 // out: same shape (kNone) or a scalar. Returns the first position whose probability is outside
 // [0, 1] for kBce (nothing is written then), or -1.
@@ -45,7 +45,7 @@ using PointwiseLossFwdFn = int64_t(PointwiseLoss loss, const Tensor& input, cons
 // gx / gt (either may be undefined): gradients w.r.t. input and target; gy: same shape or a scalar.
 using PointwiseLossBwdFn = void(PointwiseLoss loss, const Tensor& input, const Tensor& target, const Tensor& gy,
                                 const Tensor& gx, const Tensor& gt, Reduction reduction);
-extern DispatchTable<PointwiseLossFwdFn> pointwise_loss_fwd;
-extern DispatchTable<PointwiseLossBwdFn> pointwise_loss_bwd;
+MT_KERNEL_TABLE(DispatchTable<PointwiseLossFwdFn>, pointwise_loss_fwd, "pointwise_loss");
+MT_KERNEL_TABLE(DispatchTable<PointwiseLossBwdFn>, pointwise_loss_bwd, "pointwise_loss_backward");
 
 }  // namespace mixtrain::kernels

@@ -13,7 +13,7 @@
 
 namespace mixtrain::kernels {
 
-// ---- softmax (src/kernels/cpu/nn_softmax.cpp). x and y are viewed as [outer, n, inner] with the
+// ---- softmax (src/backends/cpu/kernels/nn_softmax.cpp). x and y are viewed as [outer, n, inner] with the
 // softmax taken over n.
 struct SoftmaxParams {
   int64_t outer = 1, n = 1, inner = 1;
@@ -23,10 +23,10 @@ struct SoftmaxParams {
 using SoftmaxFwdFn = void(const Tensor& x, const Tensor& y, const SoftmaxParams& p);
 // gy has y's dtype; gx has x's dtype (the table key).
 using SoftmaxBwdFn = void(const Tensor& gy, const Tensor& y, const Tensor& gx, const SoftmaxParams& p);
-extern DispatchTable<SoftmaxFwdFn> softmax_fwd;
-extern DispatchTable<SoftmaxBwdFn> softmax_bwd;
+MT_KERNEL_TABLE(DispatchTable<SoftmaxFwdFn>, softmax_fwd, "softmax");
+MT_KERNEL_TABLE(DispatchTable<SoftmaxBwdFn>, softmax_bwd, "softmax_backward");
 
-// ---- fused attention (src/kernels/cpu/nn_attention.cpp): out = softmax(scale * q k^T [causal]) v
+// ---- fused attention (src/backends/cpu/kernels/nn_attention.cpp): out = softmax(scale * q k^T [causal]) v
 // per (batch, head), without materialising the [T, S] probabilities of more than one query block.
 // Tensors are passed as views whose first element is element (0, 0, 0, 0); element (b, h, t, f) of
 // q sits at q.data_ptr() + b * q_strides[0] + h * q_strides[1] + t * q_strides[2] + f (the feature
@@ -47,10 +47,10 @@ using AttentionFwdFn = void(const Tensor& q, const Tensor& k, const Tensor& v, c
 // gradient). Every element of gq, gk and gv is written.
 using AttentionBwdFn = void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, const Tensor& lse,
                             const Tensor& gq, const Tensor& gk, const Tensor& gv, const AttentionParams& p);
-extern DispatchTable<AttentionFwdFn> attention_fwd;
-extern DispatchTable<AttentionBwdFn> attention_bwd;
+MT_KERNEL_TABLE(DispatchTable<AttentionFwdFn>, attention_fwd, "scaled_dot_product_attention");
+MT_KERNEL_TABLE(DispatchTable<AttentionBwdFn>, attention_bwd, "scaled_dot_product_attention_backward");
 
-// ---- layer_norm (src/kernels/cpu/nn_norm.cpp). x [rows, cols]; weight/bias [cols] of any floating
+// ---- layer_norm (src/backends/cpu/kernels/nn_norm.cpp). x [rows, cols]; weight/bias [cols] of any floating
 // dtype or undefined; mean/rstd [rows] in the opmath dtype (fp32, fp64 for fp64 input).
 using LayerNormFwdFn = void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
                             const Tensor& mean, const Tensor& rstd, double eps);
@@ -59,10 +59,10 @@ using LayerNormFwdFn = void(const Tensor& x, const Tensor& weight, const Tensor&
 // result does not depend on the thread count.
 using LayerNormBwdFn = void(const Tensor& gy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                             const Tensor& rstd, const Tensor& gx, const Tensor& gweight, const Tensor& gbias);
-extern DispatchTable<LayerNormFwdFn> layer_norm_fwd;
-extern DispatchTable<LayerNormBwdFn> layer_norm_bwd;
+MT_KERNEL_TABLE(DispatchTable<LayerNormFwdFn>, layer_norm_fwd, "layer_norm");
+MT_KERNEL_TABLE(DispatchTable<LayerNormBwdFn>, layer_norm_bwd, "layer_norm_backward");
 
-// ---- pooling (src/kernels/cpu/nn_pool.cpp). x [N, C, H, W] -> y [N, C, OH, OW].
+// ---- pooling (src/backends/cpu/kernels/nn_pool.cpp). x [N, C, H, W] -> y [N, C, OH, OW].
 struct Pool2dParams {
   int64_t kh, kw, sh, sw, ph, pw;
 };
@@ -78,19 +78,19 @@ inline DType max_pool2d_argmax_dtype(const Pool2dParams& p) { return p.kh * p.kw
 // Divisor: the window clipped to the padded input (PyTorch's count_include_pad=True).
 using AvgPool2dFwdFn = void(const Tensor& x, const Tensor& y, const Pool2dParams& p);
 using AvgPool2dBwdFn = void(const Tensor& gy, const Tensor& gx, const Pool2dParams& p);
-extern DispatchTable<MaxPool2dFwdFn> max_pool2d_fwd;
-extern DispatchTable<MaxPool2dBwdFn> max_pool2d_bwd;
-extern DispatchTable<AvgPool2dFwdFn> avg_pool2d_fwd;
-extern DispatchTable<AvgPool2dBwdFn> avg_pool2d_bwd;
+MT_KERNEL_TABLE(DispatchTable<MaxPool2dFwdFn>, max_pool2d_fwd, "max_pool2d");
+MT_KERNEL_TABLE(DispatchTable<MaxPool2dBwdFn>, max_pool2d_bwd, "max_pool2d_backward");
+MT_KERNEL_TABLE(DispatchTable<AvgPool2dFwdFn>, avg_pool2d_fwd, "avg_pool2d");
+MT_KERNEL_TABLE(DispatchTable<AvgPool2dBwdFn>, avg_pool2d_bwd, "avg_pool2d_backward");
 
-// ---- dropout (src/kernels/cpu/nn_dropout.cpp). Element i is kept when the Philox output
+// ---- dropout (src/backends/cpu/kernels/nn_dropout.cpp). Element i is kept when the Philox output
 // philox(first_block + i / 4, seed)[i % 4], as a 24-bit uniform in [0, 1), is below 1 - p.
 // mask: uint8 (1 kept, 0 dropped); y = x * mask / (1 - p).
 using DropoutFwdFn = void(const Tensor& x, const Tensor& y, const Tensor& mask, double p, uint64_t seed,
                           uint64_t first_block);
 // gx = gy * mask * scale.
 using DropoutBwdFn = void(const Tensor& gy, const Tensor& mask, const Tensor& gx, double scale);
-extern DispatchTable<DropoutFwdFn> dropout_fwd;
-extern DispatchTable<DropoutBwdFn> dropout_bwd;
+MT_KERNEL_TABLE(DispatchTable<DropoutFwdFn>, dropout_fwd, "dropout");
+MT_KERNEL_TABLE(DispatchTable<DropoutBwdFn>, dropout_bwd, "dropout_backward");
 
 }  // namespace mixtrain::kernels

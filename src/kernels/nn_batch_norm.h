@@ -30,9 +30,9 @@ using BatchNormBackwardFn = void(const Tensor& grad_out, const Tensor& x, const 
 using BatchNormUpdateStatsFn = void(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
                                     const Tensor& var, double momentum, int64_t count);
 
-extern DispatchTable<BatchNormStatsFn> batch_norm_stats;
-extern DispatchTable<BatchNormForwardFn> batch_norm_forward;
-extern DispatchTable<BatchNormBackwardFn> batch_norm_backward;
-extern DispatchTable<BatchNormUpdateStatsFn> batch_norm_update_stats;
+MT_KERNEL_TABLE(DispatchTable<BatchNormStatsFn>, batch_norm_stats, "batch_norm");
+MT_KERNEL_TABLE(DispatchTable<BatchNormForwardFn>, batch_norm_forward, "batch_norm");
+MT_KERNEL_TABLE(DispatchTable<BatchNormBackwardFn>, batch_norm_backward, "batch_norm backward");
+MT_KERNEL_TABLE(DispatchTable<BatchNormUpdateStatsFn>, batch_norm_update_stats, "batch_norm running-stats update");
 
 }  // namespace mixtrain::kernels

@@ -1,5 +1,5 @@
 // Kernel tables of the fused multi-tensor kernels behind the optimizers, gradient clipping and the
-// grad scaler (CPU kernels in src/kernels/cpu/optim_kernels.cpp and amp_kernels.cpp).
+// grad scaler (CPU kernels in src/backends/cpu/kernels/optim_kernels.cpp and amp_kernels.cpp).
 //
 // These tables are keyed by device only: a list mixes dtypes, so every backend registers its one
 // function under float32 and the front-ends below look it up there.
@@ -36,7 +36,7 @@ inline constexpr int64_t kMultiTensorChunk = 16384;
 // dtypes: float32, float16, bfloat16, float64 (mixed in one list is fine).
 // Returns the index of the first tensor (in list order) holding a non-finite value, or -1.
 using ScaleAndCheckFn = int64_t(const std::vector<Tensor>& tensors, float factor);
-extern DispatchTable<ScaleAndCheckFn> scale_and_check_table;
+MT_KERNEL_TABLE(DispatchTable<ScaleAndCheckFn>, scale_and_check_table, "multi-tensor scale and check");
 
 // ---------------------------------------------------------------------------------------------
 // Norms (clip_grad_norm_).
@@ -44,7 +44,7 @@ extern DispatchTable<ScaleAndCheckFn> scale_and_check_table;
 // For each tensor: sum of |x|^p (p > 0, finite) or max |x| (p = inf), accumulated in fp32 within
 // chunks and combined over chunks in fp32, in chunk order. NaN propagates. Any strides.
 using NormPartialsFn = std::vector<float>(const std::vector<Tensor>& tensors, double p);
-extern DispatchTable<NormPartialsFn> norm_partials_table;
+MT_KERNEL_TABLE(DispatchTable<NormPartialsFn>, norm_partials_table, "multi-tensor norm");
 
 // ---------------------------------------------------------------------------------------------
 // Optimizer steps. Params and grads are contiguous and of one dtype per parameter (float32,
@@ -107,7 +107,7 @@ struct SgdTensors {
 };
 
 using SgdStepFn = void(const std::vector<SgdTensors>& tensors, const SgdHyper& h);
-extern DispatchTable<SgdStepFn> sgd_step_table;
+MT_KERNEL_TABLE(DispatchTable<SgdStepFn>, sgd_step_table, "sgd step");
 
 struct AdamHyper {
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
@@ -135,14 +135,14 @@ struct AdamTensors {
 // and division are correctly rounded), so they give the same bits. exp_avg_sq is fp32 or bf16; the
 // stochastic and Kahan modes and a bf16 exp_avg_sq run in the block path.
 using AdamStepFn = void(const std::vector<AdamTensors>& tensors, const AdamHyper& h);
-extern DispatchTable<AdamStepFn> adam_step_table;
+MT_KERNEL_TABLE(DispatchTable<AdamStepFn>, adam_step_table, "adam step");
 
 // The packed master of a bf16 parameter as a whole tensor: master (contiguous fp32) from param
 // (contiguous bf16) and low (contiguous uint8 [numel, 2]), and back.
 using UnpackMasterFn = void(const Tensor& param, const Tensor& low, const Tensor& master);
 using PackMasterFn = void(const Tensor& master, const Tensor& param, const Tensor& low);
-extern DispatchTable<UnpackMasterFn> unpack_master_table;
-extern DispatchTable<PackMasterFn> pack_master_table;
+MT_KERNEL_TABLE(DispatchTable<UnpackMasterFn>, unpack_master_table, "unpack master");
+MT_KERNEL_TABLE(DispatchTable<PackMasterFn>, pack_master_table, "pack master");
 
 // ---------------------------------------------------------------------------------------------
 // The grad scaler's kernels (PyTorch's _amp_foreach_non_finite_check_and_unscale_ and
@@ -153,8 +153,8 @@ extern DispatchTable<PackMasterFn> pack_master_table;
 using AmpUnscaleFn = int64_t(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale);
 using AmpUpdateScaleFn = void(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                               double growth_factor, double backoff_factor, int64_t growth_interval);
-extern DispatchTable<AmpUnscaleFn> amp_unscale_table;
-extern DispatchTable<AmpUpdateScaleFn> amp_update_scale_table;
+MT_KERNEL_TABLE(DispatchTable<AmpUnscaleFn>, amp_unscale_table, "grad scaler unscale");
+MT_KERNEL_TABLE(DispatchTable<AmpUpdateScaleFn>, amp_update_scale_table, "grad scaler update");
 
 // ---- front-ends: the device of the first tensor picks the kernel (all must share it).
 inline int64_t multi_tensor_scale_and_check(const std::vector<Tensor>& tensors, float factor) {

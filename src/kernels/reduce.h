@@ -1,5 +1,5 @@
 // Kernel tables of the reduction family (front-ends in src/ops/reduce.cpp, CPU kernels in
-// src/kernels/cpu/reduce.cpp).
+// src/backends/cpu/kernels/reduce.cpp).
 //
 // The front-end brings every reduction to one form: a contiguous input viewed as
 // [outer, reduce, inner], reduced over the middle dim into a contiguous [outer, inner] output.
@@ -29,13 +29,14 @@ enum class ReduceOp : uint8_t { kSum, kMax, kCount };
 // out has x's dtype or x's accumulation dtype (sum(bf16, dtype=float32) stores fp32 directly);
 // integer/bool sums always store int64. Sum is registered for every dtype, max for floating ones.
 using ReduceFn = void(const Tensor& out, const Tensor& x, const ReduceShape& shape, double scale);
-extern std::array<DispatchTable<ReduceFn>, static_cast<int>(ReduceOp::kCount)> reduce_tables;
+using ReduceTables = std::array<DispatchTable<ReduceFn>, static_cast<int>(ReduceOp::kCount)>;
+MT_KERNEL_TABLE(ReduceTables, reduce_tables, DispatchTable<ReduceFn>{"sum"}, DispatchTable<ReduceFn>{"amax"});
 inline const DispatchTable<ReduceFn>& reduce_kernel(ReduceOp op) { return reduce_tables[static_cast<int>(op)]; }
 
 // out[o] (int64) = index of the first maximum of row o of a contiguous [outer, reduce] x; a NaN
 // counts as the maximum (PyTorch). Every dtype.
 using ArgmaxFn = void(const Tensor& out, const Tensor& x, int64_t outer, int64_t reduce);
-extern DispatchTable<ArgmaxFn> argmax_table;
+MT_KERNEL_TABLE(DispatchTable<ArgmaxFn>, argmax_table, "argmax");
 inline const DispatchTable<ArgmaxFn>& argmax_kernel() { return argmax_table; }
 
 }  // namespace mixtrain::kernels

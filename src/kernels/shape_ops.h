@@ -1,6 +1,6 @@
 // Kernels that gather and scatter rows by an integer index: index_select and embedding forward
 // (gather) and backward (scatter-add), and the index validation the index-taking ops share
-// (cross_entropy and nll_loss targets included). src/kernels/cpu/shape_ops.cpp.
+// (cross_entropy and nll_loss targets included). src/backends/cpu/kernels/shape_ops.cpp.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +36,7 @@ struct IndexCheck {
 };
 // Keyed by the index's dtype.
 using FindBadIndexFn = IndexCheck(const Tensor& index, int64_t bound, std::optional<int64_t> ignore);
-extern DispatchTable<FindBadIndexFn> find_bad_index_table;
+MT_KERNEL_TABLE(DispatchTable<FindBadIndexFn>, find_bad_index_table, "index check");
 inline IndexCheck check_index(const Tensor& index, int64_t bound, std::optional<int64_t> ignore = std::nullopt) {
   return find_bad_index_table(index.device(), index.dtype())(index, bound, ignore);
 }
@@ -46,7 +46,7 @@ inline IndexCheck check_index(const Tensor& index, int64_t bound, std::optional<
 // of m values in [0, n), already validated.
 // Keyed by src's dtype.
 using GatherRowsFn = void(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner);
-extern DispatchTable<GatherRowsFn> gather_rows_table;
+MT_KERNEL_TABLE(DispatchTable<GatherRowsFn>, gather_rows_table, "index_select");
 inline void gather_rows(const Tensor& src, const Tensor& index, const Tensor& out, int64_t outer, int64_t inner) {
   gather_rows_table(src.device(), src.dtype())(src, index, out, outer, inner);
 }
@@ -55,6 +55,6 @@ inline void gather_rows(const Tensor& src, const Tensor& index, const Tensor& ou
 // fp64 for fp64), zero for rows no index names. Deterministic for any thread count: each output row
 // is summed by one thread in index order. gy [outer, m, inner], gx [outer, n, inner], contiguous.
 using ScatterAddRowsFn = void(const Tensor& gy, const Tensor& index, const Tensor& gx, int64_t outer, int64_t inner);
-extern DispatchTable<ScatterAddRowsFn> scatter_add_rows;
+MT_KERNEL_TABLE(DispatchTable<ScatterAddRowsFn>, scatter_add_rows, "index_select_backward");
 
 }  // namespace mixtrain::kernels

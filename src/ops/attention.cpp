@@ -1,6 +1,6 @@
 // Attention front-ends: scaled_dot_product_attention ([..., T, D] q, k, v) and qkv_attention (the
 // packed [..., T, 3 * H * D] projection of a multi-head self-attention layer). Both run the fused
-// kernels of src/kernels/cpu/nn_attention.cpp:
+// kernels of src/backends/cpu/kernels/nn_attention.cpp:
 //
 //   out = softmax(scale * q k^T, causal: query t sees keys s <= t) v
 //

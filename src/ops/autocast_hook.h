@@ -6,7 +6,12 @@
 // place of the caller's local handles as the op's policy says (lower precision / fp32 / promote /
 // run in input dtypes), records the decision for explain mode, and suspends autocast until the
 // returned guard dies, so ops that an op calls internally are not cast again (PyTorch excludes its
-// autocast key the same way). Outside a region it costs one thread-local load.
+// autocast key the same way). Outside a region it costs one atomic load and, once the amp layer has
+// installed its handlers, one thread-local read.
+//
+// The ops layer defines this hook and the amp layer, above it, fills it: amp installs its handlers
+// (AutocastHandlers) when a region is first entered, so no op refers to a symbol of the amp layer
+// (the link-level layer check, docs/notes/layers.md). Without an installed handler nothing is active.
 #pragma once
 
 #include <initializer_list>
@@ -17,6 +22,23 @@
 #include "mixtrain/tensor.h"
 
 namespace mixtrain::ops {
+
+// What the amp layer does for the hook. All are called on the op's thread.
+struct AutocastHandlers {
+  // Whether the calling thread is in an enabled autocast region (and not in backward).
+  bool (*active)();
+  // Casts the op's eligible inputs in place of the caller's handles as the op's rule says.
+  void (*cast_inputs)(OpId op, std::span<Tensor* const> inputs);
+  // The same for linear-like ops whose fp32 parameters may be rounded once per region (amp/autocast.h).
+  void (*cast_linear)(OpId op, Tensor& x, Tensor& w, Tensor& b, bool& params_rounded);
+};
+// Installs the handlers (the amp layer's, a static object); the same pointer again is a no-op.
+void install_autocast_handlers(const AutocastHandlers* handlers);
+
+// The calling thread's suspension depth: > 0 while an op (or an FP8 linear) runs its internals under
+// an AutocastRegionGuard(true); autocast is inactive then. A region restored on another thread's
+// behalf (amp::RestoredAutocast) starts it at 0 and puts it back.
+int& autocast_suspension_depth();
 
 class AutocastRegionGuard {
  public:

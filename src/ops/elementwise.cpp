@@ -5,6 +5,7 @@
 // recorded, so the conversion is its own autograd node and the gradient reaches each input in the
 // input's dtype; then they broadcast by passing stride-0 expand views to the kernel. Backward
 // formulas reduce a broadcast gradient with sum_to and save only what the needed gradients use.
+#include "core/views.h"
 #include "kernels/elementwise.h"
 
 #include "ops/inplace.h"
@@ -25,11 +26,7 @@ using kernels::Scalars;
 
 // `t` viewed with `shape` (stride 0 on broadcast dims), without an autograd node: the op records
 // its own node on the unexpanded input.
-Tensor broadcast_view(const Tensor& t, const Shape& shape) {
-  if (t.shape() == shape) return t;
-  NoGradGuard no_grad;
-  return t.expand(shape);
-}
+Tensor broadcast_view(const Tensor& t, const Shape& shape) { return views::expand(t, shape); }
 
 // A gradient of the broadcast output shape reduced to an input's shape.
 Tensor reduce_to(const Tensor& g, const Shape& shape) { return g.shape() == shape ? g : sum_to(g, shape); }

@@ -6,40 +6,11 @@
 
 #include "kernels/copy.h"
 #include "core/backend.h"
-#include "core/philox_constants.h"
-#include "kernels/cpu/loops.h"
+#include "kernels/convert.h"
+#include "kernels/dtype_dispatch.h"
 #include "mixtrain/autograd.h"
 
 namespace mixtrain {
-
-Generator& default_generator() {
-  static Generator gen(0);
-  return gen;
-}
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
-
-namespace random {
-
-std::array<uint32_t, 4> philox(uint64_t block, uint64_t key, uint32_t stream) {
-  using namespace detail;
-  uint32_t c0 = static_cast<uint32_t>(block), c1 = static_cast<uint32_t>(block >> 32), c2 = stream, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < kPhiloxRounds; ++round) {
-    uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c0;
-    uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * c2;
-    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    c1 = static_cast<uint32_t>(p1);
-    c3 = static_cast<uint32_t>(p0);
-    c0 = n0;
-    c2 = n2;
-    k0 += kPhiloxW0;
-    k1 += kPhiloxW1;
-  }
-  return {c0, c1, c2, c3};
-}
-
-}  // namespace random
 
 namespace {
 

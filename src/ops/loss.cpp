@@ -1,5 +1,5 @@
 // cross_entropy and nll_loss front-ends: autocast (fp32 policy), checks, the fused kernels of
-// src/kernels/cpu/loss.cpp, and backward.
+// src/backends/cpu/kernels/loss.cpp, and backward.
 //
 // Input [N, C] with target [N], or [N, C, d1, ...] with target [N, d1, ...] (the class dim is moved
 // last and the rest flattened into rows, so the kernels see [M, C] and [M]), or [C] with a 0-d target.

@@ -1,6 +1,6 @@
 // mse_loss, binary_cross_entropy and binary_cross_entropy_with_logits front-ends: autocast (fp32
 // policy; binary_cross_entropy is refused in fp16 regions by the policy table), checks, the kernels
-// of src/kernels/cpu/loss_pointwise.cpp, and backward to both the input and the target.
+// of src/backends/cpu/kernels/loss_pointwise.cpp, and backward to both the input and the target.
 //
 // Input and target must have the same shape; a mixed-dtype pair is promoted to the common dtype
 // (the cast is recorded, so gradients return in each argument's own dtype).

@@ -1,5 +1,5 @@
 // batch_norm front-end: autocast (input dtype: unlisted op), checks, running-stat update and the
-// kernels of src/kernels/cpu/nn_batch_norm.cpp. The forward saves x, the weight and the per-channel
+// kernels of src/backends/cpu/kernels/nn_batch_norm.cpp. The forward saves x, the weight and the per-channel
 // mean and variance it normalised with (opmath dtype), so the backward never recomputes them.
 // Parameters and running statistics may be float32 with a 16-bit x (PyTorch's mixed batch norm);
 // kernels see them converted to the opmath dtype, and gradients come back in each input's dtype.

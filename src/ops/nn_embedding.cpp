@@ -1,8 +1,8 @@
 // embedding and dropout front-ends.
 //
-// embedding gathers rows of the weight (src/kernels/cpu/shape_ops.cpp); its backward scatter-adds
+// embedding gathers rows of the weight (src/backends/cpu/kernels/shape_ops.cpp); its backward scatter-adds
 // the output gradient into a [V, D] gradient, summing repeated indices in a fixed order.
-// dropout draws its keep-mask from the counter-based Generator (src/kernels/cpu/nn_dropout.cpp):
+// dropout draws its keep-mask from the counter-based Generator (src/backends/cpu/kernels/nn_dropout.cpp):
 // n elements reserve ceil(n / 4) Philox blocks, so the mask depends on the seed and the generator's
 // offset only, never on the thread count; the uint8 mask (1 byte per element) is saved for backward.
 #include "kernels/nn.h"

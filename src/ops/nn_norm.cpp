@@ -1,5 +1,5 @@
 // layer_norm front-end: autocast (fp32 policy), checks, and the fused forward/backward kernels of
-// src/kernels/cpu/nn_norm.cpp. The forward saves x, the weight, and the per-row mean and rstd (fp32;
+// src/backends/cpu/kernels/nn_norm.cpp. The forward saves x, the weight, and the per-row mean and rstd (fp32;
 // fp64 for fp64 input), so backward never recomputes statistics. Weight and bias may have another
 // floating dtype than x (an fp32 parameter with a 16-bit activation); their gradients come back in
 // their own dtypes.

@@ -1,6 +1,6 @@
 // max_pool2d and avg_pool2d front-ends over [N, C, H, W]: checks (PyTorch's rules: positive kernel
 // and stride, padding at most half the kernel, a non-empty output), the kernels of
-// src/kernels/cpu/nn_pool.cpp, and backward. max_pool2d saves where each output's maximum lies in
+// src/backends/cpu/kernels/nn_pool.cpp, and backward. max_pool2d saves where each output's maximum lies in
 // its window (a uint8 offset for windows of up to 256 elements: 1 byte per output, instead of the
 // input or a plane index) and routes each gradient there; avg_pool2d saves nothing but the shapes.
 #include "kernels/nn.h"

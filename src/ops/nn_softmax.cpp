@@ -1,5 +1,5 @@
 // softmax and log_softmax front-ends: autocast, argument checks, the fused kernels of
-// src/kernels/cpu/nn_softmax.cpp, and a backward that reuses the saved output only:
+// src/backends/cpu/kernels/nn_softmax.cpp, and a backward that reuses the saved output only:
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
 // An explicit output dtype (softmax(x_bf16, dim, kFloat32)) is produced by the kernel directly,

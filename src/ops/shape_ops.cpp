@@ -3,7 +3,7 @@
 // cat and stack promote their inputs to the common dtype (promote_types over all of them, the same
 // rule as autocast's promote policy) and copy each input into its slice of the output with the
 // strided converting copy; backward hands each input its slice of the gradient, converted back to
-// the input's dtype. index_select gathers rows (src/kernels/cpu/shape_ops.cpp); its backward
+// the input's dtype. index_select gathers rows (src/backends/cpu/kernels/shape_ops.cpp); its backward
 // scatter-adds into zeros, summing repeated indices in a fixed order.
 #include <string>
 

@@ -6,7 +6,8 @@
 
 #include "core/backend.h"
 #include "kernels/copy.h"
-#include "kernels/cpu/loops.h"
+#include "kernels/convert.h"
+#include "kernels/dtype_dispatch.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/tensor.h"
@@ -16,8 +17,7 @@ namespace mixtrain {
 
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
-  Tensor out = Tensor::empty(shape(), target, device());
-  kernels::copy(out, *this);
+  Tensor out = kernels::converted(*this, target);
   // Only float<->float casts carry gradients; integer results are constants.
   if (is_floating(target) && autograd::needs_grad({this})) {
     DType source = dtype();
@@ -59,8 +59,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = Tensor::empty(shape(), dtype(), device());
-  kernels::copy(out, *this);
+  Tensor out = kernels::clone(*this);
   if (autograd::needs_grad({this})) {
     autograd::record("clone", {*this}, out, [](const autograd::TensorList& g) { return g; });
   }

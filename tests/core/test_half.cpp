@@ -567,7 +567,7 @@ TEST(HalfSimd, ReportsImplementations) {
               << name(mt::detail::selected_half_impl(c)) << "\n";
   }
   EXPECT_TRUE(mt::detail::cpu_supports(HalfImpl::kScalar));
-  EXPECT_TRUE(mt::detail::implements(HalfImpl::kAvx512Bf16, HalfConversion::kFp32ToBf16) == MT_HALF_X86_KERNELS);
+  EXPECT_TRUE(mt::detail::implements(HalfImpl::kAvx512Bf16, HalfConversion::kFp32ToBf16) == MT_X86_TARGETS);
   EXPECT_FALSE(mt::detail::implements(HalfImpl::kF16C, HalfConversion::kFp32ToBf16));
   EXPECT_FALSE(mt::detail::implements(HalfImpl::kAvx512Bf16, HalfConversion::kFp16ToFp32));
 }

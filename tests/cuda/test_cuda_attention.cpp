@@ -1,6 +1,6 @@
-// The CUDA fused attention (src/kernels/cuda/attention.cu: the warp-per-row kernels for fp32 and fp64
+// The CUDA fused attention (src/backends/cuda/kernels/attention.cu: the warp-per-row kernels for fp32 and fp64
 // and the shapes the tensor-core kernels decline; attention_flash.cu: the bf16/fp16 tensor-core
-// kernels) against the CPU's (src/kernels/cpu/nn_attention.cpp): out, lse, gq, gk and gv on the same
+// kernels) against the CPU's (src/backends/cpu/kernels/nn_attention.cpp): out, lse, gq, gk and gv on the same
 // inputs, through the kernel tables (for lse and exact control of the layouts) and through the op
 // front-ends (scaled_dot_product_attention, qkv_attention, with autograd).
 //

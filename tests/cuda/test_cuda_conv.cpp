@@ -1,4 +1,4 @@
-// conv2d on CUDA (src/kernels/cuda/conv_cudnn.cpp: cuDNN) against the CPU's (oneDNN; fp64: the
+// conv2d on CUDA (src/backends/cuda/kernels/conv_cudnn.cpp: cuDNN) against the CPU's (oneDNN; fp64: the
 // reference loops) through the op front-end, nn::functional::conv2d: forward with and without a bias,
 // the input, weight and bias gradients from one shared output gradient, in fp32, bf16, fp16 and fp64,
 // for strides, padding, dilation, groups (depthwise too) and the CLI's CNN layers at batch 1 and 16;

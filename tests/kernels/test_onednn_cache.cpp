@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kernels/linalg.h"
-#include "kernels/onednn/common.h"
-#include "kernels/onednn/primitive_cache.h"
+#include "backends/cpu/kernels/onednn/common.h"
+#include "backends/cpu/kernels/onednn/primitive_cache.h"
 #include "mixtrain/cpu.h"
 #include "mixtrain/error.h"
 #include "mixtrain/factory.h"
@@ -92,7 +92,7 @@ TEST(OneDnn, MatmulFromSeveralThreads) {
 }
 
 TEST(OneDnn, AvxTwoGemmCopiesOperandsStridedByFourKibAlongK) {
-  // oneDNN's AVX2 GEMM is about twice as slow on these layouts (kernels/onednn/matmul.cpp): they are
+  // oneDNN's AVX2 GEMM is about twice as slow on these layouts (backends/cpu/kernels/onednn/matmul.cpp): they are
   // copied with a padded stride there, and only there.
   const bool avx2_gemm = has_isa(dnnl::cpu_isa::avx2) && !has_isa(dnnl::cpu_isa::avx512_core);
   auto info = [](const Tensor& a, const Tensor& b) {

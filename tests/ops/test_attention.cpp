@@ -1,5 +1,5 @@
 // scaled_dot_product_attention and qkv_attention (src/ops/attention.cpp, fused kernels in
-// src/kernels/cpu/nn_attention.cpp): values against an fp64 loop reference with and without the
+// src/backends/cpu/kernels/nn_attention.cpp): values against an fp64 loop reference with and without the
 // causal mask (T == S and T != S), forward and backward against the unfused matmul / masked softmax
 // / matmul composition (sizes that cross the kernel's query blocks and register tiles, both GEMM
 // paths), finite-difference gradients in fp64, 16-bit runs against fp32, thread-count independence,
@@ -9,7 +9,7 @@
 #include <array>
 #include <cmath>
 
-#include "kernels/cpu/attention_gemm.h"
+#include "backends/cpu/kernels/attention_gemm.h"
 #include "mixtrain/amp/autocast.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/ops/elementwise.h"

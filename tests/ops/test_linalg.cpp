@@ -80,7 +80,7 @@ TEST_P(MatmulModes, NonContiguousOperands) {
 
 TEST_P(MatmulModes, StridesOfFourKibAlongK) {
   // Below AVX-512 these operands are copied with a padded stride before the product (see
-  // kernels/onednn/matmul.cpp); elsewhere they are read in place. Either way the values must hold.
+  // backends/cpu/kernels/onednn/matmul.cpp); elsewhere they are read in place. Either way the values must hold.
   check_matmul([](DType dt) {  // column-major A, column stride 1024 floats, N = 128
     return std::pair{uniform_input({64, 1024}, dt, 61).t(), uniform_input({64, 128}, dt, 62)};
   });

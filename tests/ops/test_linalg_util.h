@@ -7,7 +7,7 @@
 #include <ostream>
 #include <string>
 
-#include "kernels/cpu/ref/linalg_ref.h"
+#include "backends/cpu/kernels/ref/linalg_ref.h"
 #include "kernels/linalg.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/tensor.h"

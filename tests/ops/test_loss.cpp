@@ -1,4 +1,4 @@
-// cross_entropy and nll_loss (src/ops/loss.cpp, src/kernels/cpu/loss.cpp): known values, an fp64
+// cross_entropy and nll_loss (src/ops/loss.cpp, src/backends/cpu/kernels/loss.cpp): known values, an fp64
 // reference with ignore_index and label smoothing, gradients by finite differences for every
 // reduction and option, 16-bit runs against fp32, and the error paths.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // mse_loss, binary_cross_entropy and binary_cross_entropy_with_logits (src/ops/loss_pointwise.cpp,
-// src/kernels/cpu/loss_pointwise.cpp): known values, PyTorch's -100 log clamp, stability of the
+// src/backends/cpu/kernels/loss_pointwise.cpp): known values, PyTorch's -100 log clamp, stability of the
 // logits form, gradients to input and target by finite differences, 16-bit runs against fp32, errors.
 #include <gtest/gtest.h>
 

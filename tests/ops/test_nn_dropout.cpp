@@ -1,4 +1,4 @@
-// dropout (src/ops/nn_embedding.cpp, src/kernels/cpu/nn_dropout.cpp): seeded masks independent of the
+// dropout (src/ops/nn_embedding.cpp, src/backends/cpu/kernels/nn_dropout.cpp): seeded masks independent of the
 // thread count, keep-rate within a statistical bound, scaling, the p = 0 / p = 1 / eval cases,
 // gradients, 16-bit runs against fp32, and errors.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// embedding (src/ops/nn_embedding.cpp, src/kernels/cpu/shape_ops.cpp): row lookup with int64/int32
+// embedding (src/ops/nn_embedding.cpp, src/backends/cpu/kernels/shape_ops.cpp): row lookup with int64/int32
 // indices of any shape, the backward summing repeated rows (finite differences, exact values, thread
 // count independence), 16-bit runs, and the out-of-range error.
 #include <gtest/gtest.h>

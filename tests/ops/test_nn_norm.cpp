@@ -1,4 +1,4 @@
-// layer_norm (src/ops/nn_norm.cpp, src/kernels/cpu/nn_norm.cpp): values against an fp64 reference,
+// layer_norm (src/ops/nn_norm.cpp, src/backends/cpu/kernels/nn_norm.cpp): values against an fp64 reference,
 // gradients by finite differences with and without the affine parameters, 16-bit runs against fp32,
 // mixed parameter dtypes, thread-count independence of the parameter gradients, and errors.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// max_pool2d and avg_pool2d (src/ops/nn_pool.cpp, src/kernels/cpu/nn_pool.cpp): known values with
+// max_pool2d and avg_pool2d (src/ops/nn_pool.cpp, src/backends/cpu/kernels/nn_pool.cpp): known values with
 // stride and padding, ties to the first maximum, gradients by finite differences, 16-bit runs
 // against fp32, the 2x2 stride-2 fast path (every dtype and vector ISA, NaN, ties, odd sizes) and
 // the general path against a reference loop, and the error paths.

@@ -1,4 +1,4 @@
-// softmax and log_softmax (src/ops/nn_softmax.cpp, src/kernels/cpu/nn_softmax.cpp): values against an
+// softmax and log_softmax (src/ops/nn_softmax.cpp, src/backends/cpu/kernels/nn_softmax.cpp): values against an
 // fp64 reference, gradients by finite differences, 16-bit runs against fp32, the output-dtype option
 // and the error paths.
 #include <gtest/gtest.h>

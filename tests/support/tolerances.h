@@ -123,7 +123,7 @@ constexpr Tolerance cuda_gemm(DType dtype) {
   }
 }
 
-// conv2d on CUDA (cuDNN, src/kernels/cuda/conv_cudnn.cpp) against the CPU (oneDNN; fp64: the
+// conv2d on CUDA (cuDNN, src/backends/cuda/kernels/conv_cudnn.cpp) against the CPU (oneDNN; fp64: the
 // reference loops), compared element by element as |gpu - cpu| <= rtol * |cpu| + atol * max|cpu|:
 // the absolute part is a fraction of the compared tensor's largest magnitude
 // (tests/cuda/test_cuda_conv.cpp), because every value is a sum of K products whose rounding error
@@ -196,7 +196,7 @@ struct AttentionTolerance {
 // relative error of P, doubled by lse's own; the P-weighted sums over <= 130 terms add ~sqrt(130) *
 // 2^-24 ~ 1e-6 of M. Twice ~2e-5 per device: 1e-4 of M covers it (a kernel indexing error is O(1) of M).
 inline constexpr double kCudaAttentionFp32Terms = 1e-4;
-// The tensor-core kernels (bf16, fp16; src/kernels/cuda/attention_flash.cu) round P to 16 bits before
+// The tensor-core kernels (bf16, fp16; src/backends/cuda/kernels/attention_flash.cu) round P to 16 bits before
 // P v and P^T gout, and dS = scale P (dP - delta) before dS k and dS^T q, as FlashAttention does; the
 // CPU keeps them in fp32. Round to nearest moves each term by at most half an ulp, u = 2^-8 (bf16, 8
 // significand bits) or 2^-11 (fp16) of itself: an element moves by at most u * sum |term| <= u * M

@@ -165,10 +165,7 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
     app.add_option("--threads", a.threads, "CPU threads (0: one per logical processor)")
         ->check(CLI::Range(0, kMaxThreads))
         ->capture_default_str();
-    app.add_option("--device", a.device,
-                   "Where the model trains: cpu, or cuda / cuda:N (a GPU, in builds with the CUDA backend; "
-                   "docs/cuda.md), or checked (the debugging device of docs/notes/backends.md, with "
-                   "MIXTRAIN_CHECKED_DEVICE=1 in the environment)")
+    app.add_option("--device", a.device, "Where the model trains: " + device_help())
         ->capture_default_str();
   }
   if (has(Flags::kTraining)) {
@@ -282,6 +279,17 @@ int apply_threads(int threads) {
   const int n = threads > 0 ? threads : std::min(num_processors(), kMaxThreads);
   set_num_threads(n);
   return n;
+}
+
+std::string device_help() {
+  std::string text;
+  for (const DeviceTypeInfo& d : device_types()) {
+    if (!text.empty()) text += ", or ";
+    text += d.name;
+    if (d.indexed) text += std::string(" / ") + d.name + ":N";
+    text += std::string(" (") + d.summary + (d.built ? "" : "; not in this build") + ")";
+  }
+  return text;
 }
 
 Device parse_device(const std::string& text) {

@@ -94,6 +94,8 @@ int apply_threads(int threads);
 // --device: "cpu", "cuda" (cuda:0), "cuda:N" or "checked" (mt::parse_device); throws UsageError for
 // another text, or for a device this build or machine does not have (with the reason).
 Device parse_device(const std::string& text);
+// The --device help: every device type this library knows, from its descriptor.
+std::string device_help();
 
 struct LoadedData {
   std::unique_ptr<data::Dataset> train;

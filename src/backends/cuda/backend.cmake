@@ -1,0 +1,23 @@
+# The CUDA backend (docs/cuda.md): built when cmake/Cuda.cmake found a toolkit (MIXTRAIN_CUDA).
+# settings.cpp (mixtrain/cuda.h: availability questions, the TF32 switch) is built either way.
+set(BACKEND_ENABLED ${MIXTRAIN_WITH_CUDA})
+list(APPEND BACKEND_ALWAYS_BUILT settings.cpp)
+if(NOT BACKEND_ENABLED)
+  return()
+endif()
+if(NOT MIXTRAIN_WITH_CUDNN)  # files named *_cudnn.cpp need cuDNN too (cmake/Cudnn.cmake)
+  list(APPEND BACKEND_EXCLUDE "_cudnn\\.(cpp|cu)$")
+endif()
+# CUDA stays out of the public headers: consumers see only Device{kCUDA}.
+target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_CUDA=1)
+if(MIXTRAIN_WITH_CUDNN)
+  # Before the toolkit: cuDNN's include dir must win over a toolkit dir holding another cuDNN.
+  target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_CUDNN=1)
+  target_link_libraries(mixtrain PRIVATE mixtrain::cudnn)
+endif()
+target_link_libraries(mixtrain PRIVATE CUDA::cudart CUDA::cublasLt)
+target_compile_options(mixtrain PRIVATE
+  "$<$<COMPILE_LANGUAGE:CUDA>:--extended-lambda;--expt-relaxed-constexpr;-Xcompiler=-Wall;-Xcompiler=-Wno-unused-parameter>")
+# The optimizer and scaler kernels perform the CPU kernels' IEEE operations in the same order:
+# no contraction into FMAs, so that a step gives the same bits on both devices.
+set_source_files_properties(${BACKEND_DIR}/kernels/optim.cu PROPERTIES COMPILE_OPTIONS "--fmad=false")
