@@ -6,7 +6,7 @@
 //   fp32  oneDNN f32 matmul
 //   bf16  oneDNN bf16 matmul (bf16 inputs, f32 accumulation), or -- where that is slower than
 //         fp32, see Bf16Path -- operands converted exactly to fp32, the f32 matmul, one rounding
-//   fp16  always the fp32 route: oneDNN 2.6 has no f16 matmul on CPUs (DESIGN.md section 4)
+//   fp16  always the fp32 route: oneDNN 2.6 has no f16 matmul on CPUs (docs/notes/design-choices.md)
 //   fp64  reference loop
 #pragma once
 

@@ -1,5 +1,5 @@
 // Bad input throws mt::Error (never aborts or exits), and the message names the op, the shapes and
-// dtypes involved and what would be valid (DESIGN.md section 6). Covers the core API; each op
+// dtypes involved and what would be valid (the error rules of mixtrain/error.h). Covers the core API; each op
 // family's own tests check its error paths.
 #include <gtest/gtest.h>
 

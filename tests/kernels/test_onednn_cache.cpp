@@ -184,7 +184,7 @@ TEST(OneDnn, PinnedNativeBf16RunsOrFailsWithAClearError) {
 }
 
 TEST(OneDnn, Float16MatmulIsNotNativeInThisOneDnn) {
-  // DESIGN.md section 4: oneDNN 2.6 has no f16 matmul on CPUs, hence the fp32 route. Assumption: no
+  // oneDNN 2.6 has no f16 matmul on CPUs, hence the fp32 route. Assumption: no
   // CPU this runs on gives oneDNN 2.6 an f16 kernel; AVX512-FP16 CPUs (Sapphire Rapids) are the only
   // candidates, so there the claim is checked only with the cap below AMX, where oneDNN cannot use it.
   if (cpu::features().avx512_fp16 && has_isa(dnnl::cpu_isa::avx512_core_amx))

@@ -214,7 +214,7 @@ TEST(ModuleTest, ZeroGradAndNumParameters) {
 }
 
 TEST(ModuleTest, SequentialConstructionIndexingAndCopy) {
-  // DESIGN.md section 3's form compiles: values by value, options by designated initializers.
+  // The documented module form compiles: values by value, options by designated initializers.
   nn::Sequential model(nn::Conv2d(1, 32, 3, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten());
   EXPECT_EQ(model.size(), 4u);
   EXPECT_EQ(model[0]->type_name(), "Conv2d");

@@ -243,7 +243,7 @@ TEST(ElementwisePromotion, ScalarOperandIsNotRoundedTo16Bits) {
 }
 
 TEST(ElementwisePromotion, FrontEndsApplyTheAutocastPolicy) {
-  // DESIGN.md section 4: exp, pow, sum, mean -> fp32; binary ops promote; unlisted ops keep their dtype.
+  // The autocast rules (src/amp/policy_table.cpp): exp, pow, sum, mean -> fp32; binary ops promote; unlisted ops keep their dtype.
   mt::Tensor h = mt::ones({2, 3}, {.dtype = mt::kBFloat16}), f = mt::ones({2, 3});
   mt::amp::Autocast autocast(mt::testing::test_device().type, mt::kBFloat16);
   EXPECT_EQ(mt::exp(h).dtype(), mt::kFloat32);

@@ -1,6 +1,6 @@
 // Steady-state training steps reach the system allocator zero times: after a few warm-up steps
 // (optimizer state, cast cache, oneDNN primitives and scratchpads), every tensor a step needs comes
-// from the caching allocator's free lists (DESIGN.md section 5). Real steps of a small MLP with
+// from the caching allocator's free lists (docs/performance.md). Real steps of a small MLP with
 // AdamW in every precision mode: fp32; bf16 and fp16 autocast with fp32 parameters; fp16 with the
 // GradScaler; bf16 and fp16 parameters with fp32 master weights; bf16 parameters with compact state
 // (packed masters and a bf16 first moment).
