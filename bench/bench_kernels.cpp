@@ -158,8 +158,8 @@ void BM_GeluRecompute(benchmark::State& state, mt::DType dtype, mt::cpu::Isa lev
     if (fused) {
       kn::gelu_forward_backward_kernel()(x.device(), dtype)(y, gx, g, x);
     } else {
-      kn::unary_kernel(kn::UnaryOp::k_gelu)(x.device(), dtype)(y, x, {});
-      kn::unary_backward_kernel(kn::UnaryOp::k_gelu)(x.device(), dtype)(gx, g, x, {});
+      kn::unary_kernel(kn::UnaryOp::kGelu)(x.device(), dtype)(y, x, {});
+      kn::unary_backward_kernel(kn::UnaryOp::kGelu)(x.device(), dtype)(gx, g, x, {});
     }
     benchmark::DoNotOptimize(gx.raw_data());
   }

@@ -8,8 +8,10 @@
 
 namespace mixtrain {
 
-// The one X-macro of the project: the op list, as (enumerator, name). Add an op here, then give it
-// a policy in src/amp/policy_table.cpp (unlisted ops run in their input dtype).
+// The list of ops that autocast and the op observers know, as (enumerator, name): OpId and the op
+// names are generated from it. Add an op here, then give it a policy in src/amp/policy_table.cpp
+// (unlisted ops run in their input dtype). (The unary kernels have their own list,
+// MT_FORALL_UNARY_KERNELS in src/kernels/elementwise.h: kernels, not ops.)
 // clang-format off
 #define MT_FORALL_OPS(_) \
   _(kAdd, add) _(kSub, sub) _(kMul, mul) _(kDiv, div) _(kNeg, neg) _(kExp, exp) _(kLog, log)         \

@@ -21,7 +21,7 @@ void Fp8Recipe::validate() const {
   MT_CHECK(amax_history_len >= 1 && amax_history_len <= 65536,
            "fp8 recipe: amax_history_len must be in 1..65536, got ", amax_history_len);
   MT_CHECK(margin >= 0 && margin <= 32, "fp8 recipe: margin must be in 0..32, got ", margin);
-  MT_CHECK(format == Format::kHybrid || format == Format::kE4M3, "fp8 recipe: unknown format ",
+  MT_CHECK(format == Format::kHybrid || format == Format::kAllE4M3, "fp8 recipe: unknown format ",
            static_cast<int>(format));
   MT_CHECK(amax_compute == AmaxCompute::kMax || amax_compute == AmaxCompute::kMostRecent,
            "fp8 recipe: unknown amax_compute ", static_cast<int>(amax_compute));
@@ -35,7 +35,7 @@ const char* to_string(Fp8Recipe::AmaxCompute compute) {
 
 Fp8Recipe::Format parse_fp8_format(std::string_view text) {
   if (text == "hybrid") return Fp8Recipe::Format::kHybrid;
-  if (text == "e4m3") return Fp8Recipe::Format::kE4M3;
+  if (text == "e4m3") return Fp8Recipe::Format::kAllE4M3;
   MT_FAIL("unknown fp8 format '", text, "' (valid: hybrid, e4m3)");
 }
 

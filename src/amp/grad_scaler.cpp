@@ -1,4 +1,4 @@
-// GradScaler: PyTorch's state machine over the kernels of amp_kernels.h. Error messages are
+// GradScaler: PyTorch's state machine over its two ops (scaler_ops.h). Error messages are
 // PyTorch's wording so that users can search for them.
 #include "mixtrain/amp/grad_scaler.h"
 
@@ -7,7 +7,7 @@
 #include <iostream>
 #include <limits>
 
-#include "amp/amp_kernels.h"
+#include "amp/scaler_ops.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/ops/elementwise.h"

@@ -24,14 +24,15 @@ struct Scalars {
 };
 
 // Unary ops with one table for the forward and, where the op is differentiable by a fused kernel,
-// one for the backward. X-macro so that the enum, the names and the registrations cannot drift.
-#define MT_FORALL_UNARY_KERNELS(_)                                                                              \
-  _(neg)                                                                                                        \
-  _(exp) _(log) _(sqrt) _(rsqrt) _(tanh) _(sigmoid) _(relu) _(gelu) _(gelu_tanh) _(silu) _(clamp) _(add_scalar) \
-      _(mul_scalar) _(square) _(pow_scalar)
+// one for the backward. The list of unary kernels (enumerator, kernel name): the enum, the tables'
+// names and each backend's registration are generated from it, so they cannot drift.
+#define MT_FORALL_UNARY_KERNELS(_)                                                                    \
+  _(Neg, neg) _(Exp, exp) _(Log, log) _(Sqrt, sqrt) _(Rsqrt, rsqrt) _(Tanh, tanh) _(Sigmoid, sigmoid) \
+      _(Relu, relu) _(Gelu, gelu) _(GeluTanh, gelu_tanh) _(Silu, silu) _(Clamp, clamp)                  \
+          _(AddScalar, add_scalar) _(MulScalar, mul_scalar) _(Square, square) _(PowScalar, pow_scalar)
 
 enum class UnaryOp : uint8_t {
-#define MT_UNARY_ENUM(name) k_##name,
+#define MT_UNARY_ENUM(Name, name) k##Name,
   MT_FORALL_UNARY_KERNELS(MT_UNARY_ENUM)
 #undef MT_UNARY_ENUM
       kCount
@@ -45,8 +46,8 @@ using UnaryBackwardFn = void(const Tensor& grad_in, const Tensor& grad_out, cons
 
 using UnaryForwardTables = std::array<DispatchTable<UnaryFn>, static_cast<int>(UnaryOp::kCount)>;
 // Named after the op: errors read "gelu: no kernel for dtype ...".
-#define MT_UNARY_FORWARD_TABLE(name) DispatchTable<UnaryFn>{#name},
-#define MT_UNARY_BACKWARD_TABLE(name) DispatchTable<UnaryBackwardFn>{#name},
+#define MT_UNARY_FORWARD_TABLE(Name, name) DispatchTable<UnaryFn>{#name},
+#define MT_UNARY_BACKWARD_TABLE(Name, name) DispatchTable<UnaryBackwardFn>{#name},
 MT_KERNEL_TABLE(UnaryForwardTables, unary_forward_tables, MT_FORALL_UNARY_KERNELS(MT_UNARY_FORWARD_TABLE));
 using UnaryBackwardTables = std::array<DispatchTable<UnaryBackwardFn>, static_cast<int>(UnaryOp::kCount)>;
 MT_KERNEL_TABLE(UnaryBackwardTables, unary_backward_tables, MT_FORALL_UNARY_KERNELS(MT_UNARY_BACKWARD_TABLE));

@@ -1,5 +1,5 @@
 // Kernel tables of the fused multi-tensor kernels behind the optimizers, gradient clipping and the
-// grad scaler (CPU kernels in src/backends/cpu/kernels/optim_kernels.cpp and amp_kernels.cpp).
+// grad scaler (CPU kernels in src/backends/cpu/kernels/optim_kernels.cpp and grad_scaler.cpp).
 //
 // These tables are keyed by device only: a list mixes dtypes, so every backend registers its one
 // function under float32 and the front-ends below look it up there.

@@ -22,16 +22,18 @@ struct ReduceShape {
   int64_t inner = 1;
 };
 
-enum class ReduceOp : uint8_t { kSum, kMax, kCount };
+// What a reduction kernel combines its elements with (not the losses' Reduction, loss.h, nor the
+// collectives' ReduceOp, mixtrain/dist/process_group.h).
+enum class ReduceKind : uint8_t { kSum, kMax, kCount };
 
 // Sum: out = scale * sum over the reduce dim (scale 1 for sum, 1/n for mean), accumulated in the
 // accumulation dtype and rounded once on store. Max: NaN propagates; `scale` is ignored.
 // out has x's dtype or x's accumulation dtype (sum(bf16, dtype=float32) stores fp32 directly);
 // integer/bool sums always store int64. Sum is registered for every dtype, max for floating ones.
 using ReduceFn = void(const Tensor& out, const Tensor& x, const ReduceShape& shape, double scale);
-using ReduceTables = std::array<DispatchTable<ReduceFn>, static_cast<int>(ReduceOp::kCount)>;
+using ReduceTables = std::array<DispatchTable<ReduceFn>, static_cast<int>(ReduceKind::kCount)>;
 MT_KERNEL_TABLE(ReduceTables, reduce_tables, DispatchTable<ReduceFn>{"sum"}, DispatchTable<ReduceFn>{"amax"});
-inline const DispatchTable<ReduceFn>& reduce_kernel(ReduceOp op) { return reduce_tables[static_cast<int>(op)]; }
+inline const DispatchTable<ReduceFn>& reduce_kernel(ReduceKind op) { return reduce_tables[static_cast<int>(op)]; }
 
 // out[o] (int64) = index of the first maximum of row o of a contiguous [outer, reduce] x; a NaN
 // counts as the maximum (PyTorch). Every dtype.

@@ -172,7 +172,7 @@ Tensor add(const Tensor& a_, double b) {
   Tensor a = a_;
   auto region = ops::autocast(OpId::kAdd, {&a});
   check_floating("add", a);
-  Tensor out = run_unary(kernels::UnaryOp::k_add_scalar, a, {b});
+  Tensor out = run_unary(kernels::UnaryOp::kAddScalar, a, {b});
   if (autograd::needs_grad({&a})) {
     autograd::record("add", {a}, out, [](const TensorList& g) { return TensorList{g[0]}; });
   }
@@ -183,7 +183,7 @@ Tensor mul(const Tensor& a_, double b) {
   Tensor a = a_;
   auto region = ops::autocast(OpId::kMul, {&a});
   check_floating("mul", a);
-  Tensor out = run_unary(kernels::UnaryOp::k_mul_scalar, a, {b});
+  Tensor out = run_unary(kernels::UnaryOp::kMulScalar, a, {b});
   if (autograd::needs_grad({&a})) {
     autograd::record("mul", {a}, out, [b](const TensorList& g) { return TensorList{mul(g[0], b)}; });
   }
@@ -296,7 +296,7 @@ Tensor& Tensor::mul_(double value) {
   detail::check_inplace(*this, "mul_");
   check_floating("mul_", *this);
   check_writable(*this, "mul_");
-  kernels::unary_kernel(kernels::UnaryOp::k_mul_scalar)(device(), dtype())(*this, *this, {value});
+  kernels::unary_kernel(kernels::UnaryOp::kMulScalar)(device(), dtype())(*this, *this, {value});
   bump_version();
   return *this;
 }

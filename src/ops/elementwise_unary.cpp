@@ -61,28 +61,28 @@ Tensor unary(const UnarySpec& spec, const Tensor& x_, Scalars s = {}) {
 
 }  // namespace
 
-Tensor neg(const Tensor& x) { return unary({OpId::kNeg, "neg", UnaryOp::k_neg, Saves::kNone, -1.0}, x); }
-Tensor exp(const Tensor& x) { return unary({OpId::kExp, "exp", UnaryOp::k_exp, Saves::kOutput}, x); }
-Tensor log(const Tensor& x) { return unary({OpId::kLog, "log", UnaryOp::k_log, Saves::kInput}, x); }
-Tensor sqrt(const Tensor& x) { return unary({OpId::kSqrt, "sqrt", UnaryOp::k_sqrt, Saves::kOutput}, x); }
-Tensor rsqrt(const Tensor& x) { return unary({OpId::kRsqrt, "rsqrt", UnaryOp::k_rsqrt, Saves::kOutput}, x); }
-Tensor tanh(const Tensor& x) { return unary({OpId::kTanh, "tanh", UnaryOp::k_tanh, Saves::kOutput}, x); }
-Tensor sigmoid(const Tensor& x) { return unary({OpId::kSigmoid, "sigmoid", UnaryOp::k_sigmoid, Saves::kOutput}, x); }
-Tensor relu(const Tensor& x) { return unary({OpId::kRelu, "relu", UnaryOp::k_relu, Saves::kOutput}, x); }
-Tensor silu(const Tensor& x) { return unary({OpId::kSilu, "silu", UnaryOp::k_silu, Saves::kInput}, x); }
+Tensor neg(const Tensor& x) { return unary({OpId::kNeg, "neg", UnaryOp::kNeg, Saves::kNone, -1.0}, x); }
+Tensor exp(const Tensor& x) { return unary({OpId::kExp, "exp", UnaryOp::kExp, Saves::kOutput}, x); }
+Tensor log(const Tensor& x) { return unary({OpId::kLog, "log", UnaryOp::kLog, Saves::kInput}, x); }
+Tensor sqrt(const Tensor& x) { return unary({OpId::kSqrt, "sqrt", UnaryOp::kSqrt, Saves::kOutput}, x); }
+Tensor rsqrt(const Tensor& x) { return unary({OpId::kRsqrt, "rsqrt", UnaryOp::kRsqrt, Saves::kOutput}, x); }
+Tensor tanh(const Tensor& x) { return unary({OpId::kTanh, "tanh", UnaryOp::kTanh, Saves::kOutput}, x); }
+Tensor sigmoid(const Tensor& x) { return unary({OpId::kSigmoid, "sigmoid", UnaryOp::kSigmoid, Saves::kOutput}, x); }
+Tensor relu(const Tensor& x) { return unary({OpId::kRelu, "relu", UnaryOp::kRelu, Saves::kOutput}, x); }
+Tensor silu(const Tensor& x) { return unary({OpId::kSilu, "silu", UnaryOp::kSilu, Saves::kInput}, x); }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
-  const UnaryOp k = approximate == GeluApproximation::kTanh ? UnaryOp::k_gelu_tanh : UnaryOp::k_gelu;
+  const UnaryOp k = approximate == GeluApproximation::kTanh ? UnaryOp::kGeluTanh : UnaryOp::kGelu;
   return unary({OpId::kGelu, "gelu", k, Saves::kInput}, x);
 }
 
 Tensor clamp(const Tensor& x, double min, double max) {
-  return unary({OpId::kClamp, "clamp", UnaryOp::k_clamp, Saves::kInput}, x, {min, max});
+  return unary({OpId::kClamp, "clamp", UnaryOp::kClamp, Saves::kInput}, x, {min, max});
 }
 
 Tensor pow(const Tensor& x, double exponent) {
   // x^2 is common (squared errors, variances) and much cheaper than std::pow.
-  const UnaryOp k = exponent == 2.0 ? UnaryOp::k_square : UnaryOp::k_pow_scalar;
+  const UnaryOp k = exponent == 2.0 ? UnaryOp::kSquare : UnaryOp::kPowScalar;
   return unary({OpId::kPow, "pow", k, Saves::kInput}, x, {exponent});
 }
 

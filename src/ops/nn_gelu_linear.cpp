@@ -69,7 +69,7 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
                          result[0] = gh;
                        } else {
                          Tensor gx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
-                         kernels::unary_backward_kernel(kernels::UnaryOp::k_gelu)(xc.device(), xc.dtype())(gx, gh, xc, {});
+                         kernels::unary_backward_kernel(kernels::UnaryOp::kGelu)(xc.device(), xc.dtype())(gx, gh, xc, {});
                          result[0] = gx;
                        }
                      }

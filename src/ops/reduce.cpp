@@ -165,7 +165,7 @@ Tensor reduce_sum(const char* op, Tensor x, const Shape& dims, bool keepdim, std
     keepdim = true;  // the result broadcasts to x as it is
   }
   Tensor out = Tensor::empty(p.out_shape, out_dtype, x.device());
-  kernels::reduce_kernel(kernels::ReduceOp::kSum)(x.device(), p.input.dtype())(out, p.input, p.shape, scale);
+  kernels::reduce_kernel(kernels::ReduceKind::kSum)(x.device(), p.input.dtype())(out, p.input, p.shape, scale);
 
   if (is_floating(out_dtype) && autograd::needs_grad({&x})) {
     autograd::record(
@@ -192,7 +192,7 @@ Tensor reduce_max(OpId id, const char* op, const Tensor& x_, const Shape& dims, 
   MT_CHECK(p.count > 0 || p.out_shape.numel() == 0, op, ": cannot reduce over an empty dimension of ", describe(x),
            " (the maximum of no elements is undefined)");
   Tensor out = Tensor::empty(p.out_shape, x.dtype(), x.device());
-  kernels::reduce_kernel(kernels::ReduceOp::kMax)(x.device(), x.dtype())(out, p.input, p.shape, 1.0);
+  kernels::reduce_kernel(kernels::ReduceKind::kMax)(x.device(), x.dtype())(out, p.input, p.shape, 1.0);
 
   if (autograd::needs_grad({&x})) {
     SavedTensor saved_x(x), saved_out(out);

@@ -11,10 +11,10 @@ namespace mixtrain::train {
 
 std::string_view to_string(Precision precision) {
   switch (precision) {
-    case Precision::kFP32: return "fp32";
-    case Precision::kBF16: return "bf16";
-    case Precision::kFP16: return "fp16";
-    case Precision::kFP8: return "fp8";
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFp8: return "fp8";
   }
   return "?";
 }
@@ -52,10 +52,10 @@ std::string_view short_dtype_name(DType dtype) {
 }
 
 Precision parse_precision(std::string_view text) {
-  if (text == "fp32" || text == "float32") return Precision::kFP32;
-  if (text == "bf16" || text == "bfloat16") return Precision::kBF16;
-  if (text == "fp16" || text == "float16") return Precision::kFP16;
-  if (text == "fp8") return Precision::kFP8;
+  if (text == "fp32" || text == "float32") return Precision::kFp32;
+  if (text == "bf16" || text == "bfloat16") return Precision::kBf16;
+  if (text == "fp16" || text == "float16") return Precision::kFp16;
+  if (text == "fp8") return Precision::kFp8;
   MT_FAIL("unknown precision '", text, "' (valid: fp32, bf16, fp16, fp8)");
 }
 
@@ -75,10 +75,10 @@ DType parse_param_dtype(std::string_view text) {
 
 std::optional<DType> autocast_dtype(Precision precision) {
   switch (precision) {
-    case Precision::kFP32: return std::nullopt;
-    case Precision::kBF16: return kBFloat16;
-    case Precision::kFP16: return kFloat16;
-    case Precision::kFP8: return kBFloat16;
+    case Precision::kFp32: return std::nullopt;
+    case Precision::kBf16: return kBFloat16;
+    case Precision::kFp16: return kFloat16;
+    case Precision::kFp8: return kBFloat16;
   }
   return std::nullopt;
 }
@@ -89,7 +89,7 @@ std::string products(Precision precision, Device device) {
   std::string s(short_dtype_name(*compute));
   if (kernels::uses_fp32_route(device, *compute)) s += " via fp32";
   // FP8 linear layers are emulated: quantised operands multiplied in fp32 (amp/fp8.h).
-  return precision == Precision::kFP8 ? "fp8 emulated in fp32 (linear), " + s : s;
+  return precision == Precision::kFp8 ? "fp8 emulated in fp32 (linear), " + s : s;
 }
 
 bool uses_scaler(Precision precision, ScalerMode mode) {
@@ -97,12 +97,12 @@ bool uses_scaler(Precision precision, ScalerMode mode) {
   if (mode == ScalerMode::kOff) return false;
   // bf16 keeps fp32's 8 exponent bits: gradients do not underflow, so PyTorch's recipe (and ours)
   // scales only fp16.
-  return precision == Precision::kFP16;
+  return precision == Precision::kFp16;
 }
 
 void validate(const PrecisionConfig& config) {
   const DType p = config.param_dtype;
-  if (config.precision == Precision::kFP8) config.fp8.validate();
+  if (config.precision == Precision::kFp8) config.fp8.validate();
   MT_CHECK(p == kFloat32 || p == kBFloat16 || p == kFloat16, "master weights: parameter dtype must be fp32, bf16 or ",
            "fp16, got ", p);
   MT_CHECK(!config.compact_state || p == kBFloat16, "compact optimizer state needs bf16 parameters (--master-weights ",

@@ -160,7 +160,7 @@ std::map<std::string, std::string> Trainer::trajectory_settings() const {
   // Only when not the default, so that checkpoints written before the setting existed still match.
   if (options_.precision.weight_update != WeightUpdate::kMaster)
     s["weight_update"] = std::string(to_string(options_.precision.weight_update));
-  if (options_.precision.precision == Precision::kFP8) {
+  if (options_.precision.precision == Precision::kFp8) {
     const amp::Fp8Recipe& r = options_.precision.fp8;
     s["fp8_recipe"] = mixtrain::detail::concat("format=", amp::to_string(r.format), " history=", r.amax_history_len,
                                                " margin=", r.margin, " amax=", amp::to_string(r.amax_compute));

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "amp/amp_kernels.h"
+#include "amp/scaler_ops.h"
 #include "mixtrain/amp/grad_scaler.h"
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/optim/adam.h"

@@ -87,7 +87,7 @@ TEST(GradScalerHooks, AReducedFoundInfSkipsTheStepAndBacksOff) {
   mt::manual_seed(1);
   mt::nn::Sequential model(mt::nn::Linear(4, 8), mt::nn::ReLU(), mt::nn::Linear(8, 3));
   mt::train::TrainerOptions o;
-  o.precision = {.precision = mt::train::Precision::kFP16};
+  o.precision = {.precision = mt::train::Precision::kFp16};
   o.batch_size = 16;
   o.max_steps = 4;
   int reductions = 0;

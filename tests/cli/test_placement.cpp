@@ -155,7 +155,7 @@ TEST_P(Placement, TrainsOnTheCheckedDeviceToTheCpusBits) {
   const Case& c = GetParam();
   const mt::Device dev = placement_device();
   mt::kernels::register_builtin_kernels();
-  if (c.precision == tr::Precision::kFP8 && !mt::kernels::fp8_quantize_table.has(dev.type, mt::kFloat32))
+  if (c.precision == tr::Precision::kFp8 && !mt::kernels::fp8_quantize_table.has(dev.type, mt::kFloat32))
     GTEST_SKIP() << "FP8 is emulated on the CPU and the checked device only: " << dev << " has no fp8 kernels";
   TempDir cpu_dir, dev_dir;
   const RunResult on_cpu = train({.model = c.model, .precision = c.precision, .device = kHost, .out_dir = cpu_dir.path()});
@@ -191,7 +191,7 @@ TEST_P(Placement, TrainsOnTheCheckedDeviceToTheCpusBits) {
   // activations) of the cpu's. Parameters: AdamW moves an element by at most about 3.2 x lr a step
   // (the bias-corrected m / sqrt(v) bound at betas 0.9 / 0.999), so two runs whose gradients differ in
   // rounding stay within 4 steps x 2 x 3.2e-3 of each other even where a tiny gradient's sign differs.
-  const double loss_rtol = c.precision == tr::Precision::kFP32 ? 1e-2 : 5e-2;
+  const double loss_rtol = c.precision == tr::Precision::kFp32 ? 1e-2 : 5e-2;
   EXPECT_NEAR(on_cpu.losses[2], dev_run.losses[0], loss_rtol * std::fabs(on_cpu.losses[2]));
   EXPECT_NEAR(on_cpu.losses[3], dev_run.losses[1], loss_rtol * std::fabs(on_cpu.losses[3]));
   for (size_t i = 0; i < on_cpu.tensors.size(); ++i) {
@@ -204,7 +204,7 @@ TEST_P(Placement, TrainsOnTheCheckedDeviceToTheCpusBits) {
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const std::string& model : cli::model_names())
-    for (tr::Precision p : {tr::Precision::kFP32, tr::Precision::kBF16, tr::Precision::kFP16, tr::Precision::kFP8})
+    for (tr::Precision p : {tr::Precision::kFp32, tr::Precision::kBf16, tr::Precision::kFp16, tr::Precision::kFp8})
       cases.push_back({model, p});
   return cases;
 }
@@ -236,9 +236,9 @@ TEST(PlacementSyncs, HostWaitsPerSteadyStepAreTheDocumentedOnes) {
   const mt::Device dev = placement_device();
   using P = tr::Precision;
   const std::vector<ExpectedWaits> cases = {
-      {"mlp", P::kFP32, 1, 2, 2}, {"mlp", P::kBF16, 1, 2, 2}, {"mlp", P::kFP16, 2, 2, 2},
-      {"cnn", P::kFP32, 1, 2, 2}, {"cnn", P::kFP16, 2, 2, 2},
-      {"gpt", P::kFP32, 1, 2, 4}, {"gpt", P::kBF16, 1, 2, 4}, {"gpt", P::kFP16, 2, 2, 4}};
+      {"mlp", P::kFp32, 1, 2, 2}, {"mlp", P::kBf16, 1, 2, 2}, {"mlp", P::kFp16, 2, 2, 2},
+      {"cnn", P::kFp32, 1, 2, 2}, {"cnn", P::kFp16, 2, 2, 2},
+      {"gpt", P::kFp32, 1, 2, 4}, {"gpt", P::kBf16, 1, 2, 4}, {"gpt", P::kFp16, 2, 2, 4}};
   for (const ExpectedWaits& c : cases) {
     SCOPED_TRACE(c.model + " " + std::string(tr::to_string(c.precision)));
     auto m = build(c.model);

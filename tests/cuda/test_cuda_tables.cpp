@@ -232,8 +232,8 @@ TEST(CudaElementwise, GeluForwardAndBackwardInOnePassMatchTheSeparateKernels) {
     mt::Tensor y = mt::Tensor::empty(x.shape(), dt, kGpu), gin = ggy.clone();
     mt::kernels::gelu_forward_backward_kernel()(kGpu, dt)(y, gin, gin, gx_dev);  // grad_in aliases grad_out
     mt::Tensor y2 = mt::Tensor::empty(x.shape(), dt, kGpu), gin2 = mt::Tensor::empty(x.shape(), dt, kGpu);
-    mt::kernels::unary_kernel(mt::kernels::UnaryOp::k_gelu)(kGpu, dt)(y2, gx_dev, {});
-    mt::kernels::unary_backward_kernel(mt::kernels::UnaryOp::k_gelu)(kGpu, dt)(gin2, ggy, gx_dev, {});
+    mt::kernels::unary_kernel(mt::kernels::UnaryOp::kGelu)(kGpu, dt)(y2, gx_dev, {});
+    mt::kernels::unary_backward_kernel(mt::kernels::UnaryOp::kGelu)(kGpu, dt)(gin2, ggy, gx_dev, {});
     EXPECT_EQ(bytes_of(y), bytes_of(y2));
     EXPECT_EQ(bytes_of(gin), bytes_of(gin2));
     expect_close(y, mt::gelu(x), mt::testing::cuda_vs_cpu_rounded(dt), "gelu");

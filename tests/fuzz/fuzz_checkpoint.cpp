@@ -12,7 +12,7 @@ namespace {
 // The run of the seed checkpoints (tests/fuzz/make_seeds.cpp writes them with the same setup).
 std::unique_ptr<mt::train::Trainer> make_trainer(mt::nn::Module& model, const mt::data::Dataset& data) {
   mt::train::TrainerOptions o;
-  o.precision = {.precision = mt::train::Precision::kFP16};
+  o.precision = {.precision = mt::train::Precision::kFp16};
   o.batch_size = 8;
   o.max_steps = 6;
   o.seed = 3;

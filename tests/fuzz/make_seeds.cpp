@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     mt::manual_seed(1);
     mt::nn::Sequential model(mt::nn::Linear(4, 8), mt::nn::ReLU(), mt::nn::Dropout(0.1), mt::nn::Linear(8, 3));
     mt::train::TrainerOptions o;
-    o.precision = {.precision = mt::train::Precision::kFP16};
+    o.precision = {.precision = mt::train::Precision::kFp16};
     o.batch_size = 8;
     o.max_steps = 5;
     o.seed = 3;

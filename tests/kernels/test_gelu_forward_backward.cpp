@@ -49,8 +49,8 @@ struct Pair {
 
 Pair separate(const Tensor& g, const Tensor& x) {
   Pair r{Tensor::empty(x.shape(), x.dtype()), Tensor::empty(x.shape(), x.dtype())};
-  kn::unary_kernel(kn::UnaryOp::k_gelu)(x.device(), x.dtype())(r.y, x, {});
-  kn::unary_backward_kernel(kn::UnaryOp::k_gelu)(x.device(), x.dtype())(r.grad_in, g, x, {});
+  kn::unary_kernel(kn::UnaryOp::kGelu)(x.device(), x.dtype())(r.y, x, {});
+  kn::unary_backward_kernel(kn::UnaryOp::kGelu)(x.device(), x.dtype())(r.grad_in, g, x, {});
   return r;
 }
 

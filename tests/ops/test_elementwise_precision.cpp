@@ -39,19 +39,19 @@ struct UnaryCase {
 std::vector<UnaryCase> unary_cases() {
   using U = kn::UnaryOp;
   return {
-      {"exp", [](auto& x) { return mt::exp(x); }, U::k_exp, true, -4, 4},
-      {"log", [](auto& x) { return mt::log(x); }, U::k_log, false, 0.1, 8},
-      {"sqrt", [](auto& x) { return mt::sqrt(x); }, U::k_sqrt, true, 0.1, 8},
-      {"rsqrt", [](auto& x) { return mt::rsqrt(x); }, U::k_rsqrt, true, 0.1, 8},
-      {"tanh", [](auto& x) { return mt::tanh(x); }, U::k_tanh, true, -3, 3},
-      {"sigmoid", [](auto& x) { return mt::sigmoid(x); }, U::k_sigmoid, true, -6, 6},
-      {"relu", [](auto& x) { return mt::relu(x); }, U::k_relu, true, -3, 3},
-      {"gelu", [](auto& x) { return mt::gelu(x); }, U::k_gelu, false, -5, 5},
-      {"gelu_tanh", [](auto& x) { return mt::gelu(x, mt::GeluApproximation::kTanh); }, U::k_gelu_tanh, false, -5, 5},
-      {"silu", [](auto& x) { return mt::silu(x); }, U::k_silu, false, -6, 6},
-      {"clamp", [](auto& x) { return mt::clamp(x, -0.5, 0.75); }, U::k_clamp, false, -1, 1, {-0.5, 0.75}},
-      {"square", [](auto& x) { return mt::pow(x, 2.0); }, U::k_square, false, -3, 3},
-      {"pow", [](auto& x) { return mt::pow(x, 1.7); }, U::k_pow_scalar, false, 0.1, 3, {1.7}},
+      {"exp", [](auto& x) { return mt::exp(x); }, U::kExp, true, -4, 4},
+      {"log", [](auto& x) { return mt::log(x); }, U::kLog, false, 0.1, 8},
+      {"sqrt", [](auto& x) { return mt::sqrt(x); }, U::kSqrt, true, 0.1, 8},
+      {"rsqrt", [](auto& x) { return mt::rsqrt(x); }, U::kRsqrt, true, 0.1, 8},
+      {"tanh", [](auto& x) { return mt::tanh(x); }, U::kTanh, true, -3, 3},
+      {"sigmoid", [](auto& x) { return mt::sigmoid(x); }, U::kSigmoid, true, -6, 6},
+      {"relu", [](auto& x) { return mt::relu(x); }, U::kRelu, true, -3, 3},
+      {"gelu", [](auto& x) { return mt::gelu(x); }, U::kGelu, false, -5, 5},
+      {"gelu_tanh", [](auto& x) { return mt::gelu(x, mt::GeluApproximation::kTanh); }, U::kGeluTanh, false, -5, 5},
+      {"silu", [](auto& x) { return mt::silu(x); }, U::kSilu, false, -6, 6},
+      {"clamp", [](auto& x) { return mt::clamp(x, -0.5, 0.75); }, U::kClamp, false, -1, 1, {-0.5, 0.75}},
+      {"square", [](auto& x) { return mt::pow(x, 2.0); }, U::kSquare, false, -3, 3},
+      {"pow", [](auto& x) { return mt::pow(x, 1.7); }, U::kPowScalar, false, 0.1, 3, {1.7}},
   };
 }
 

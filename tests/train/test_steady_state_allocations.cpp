@@ -90,11 +90,11 @@ TEST_P(SteadyStateAllocations, NoSystemAllocationAfterWarmUp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SteadyStateAllocations,
-                         ::testing::Values(Mode{"fp32", tr::Precision::kFP32, mt::kFloat32, false},
-                                           Mode{"bf16", tr::Precision::kBF16, mt::kFloat32, false},
-                                           Mode{"fp16", tr::Precision::kFP16, mt::kFloat32, false},
-                                           Mode{"fp16_scaler", tr::Precision::kFP16, mt::kFloat32, true},
-                                           Mode{"bf16_master", tr::Precision::kBF16, mt::kBFloat16, false},
-                                           Mode{"fp16_master_scaler", tr::Precision::kFP16, mt::kFloat16, true},
-                                           Mode{"bf16_compact_state", tr::Precision::kBF16, mt::kBFloat16, false, true}),
+                         ::testing::Values(Mode{"fp32", tr::Precision::kFp32, mt::kFloat32, false},
+                                           Mode{"bf16", tr::Precision::kBf16, mt::kFloat32, false},
+                                           Mode{"fp16", tr::Precision::kFp16, mt::kFloat32, false},
+                                           Mode{"fp16_scaler", tr::Precision::kFp16, mt::kFloat32, true},
+                                           Mode{"bf16_master", tr::Precision::kBf16, mt::kBFloat16, false},
+                                           Mode{"fp16_master_scaler", tr::Precision::kFp16, mt::kFloat16, true},
+                                           Mode{"bf16_compact_state", tr::Precision::kBf16, mt::kBFloat16, false, true}),
                          [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });

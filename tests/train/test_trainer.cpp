@@ -166,19 +166,19 @@ TEST_P(TrainerResume, ResumeEqualsStraightRunBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Precisions, TrainerResume,
-    ::testing::Values(ResumeCase{"fp32", {.precision = tr::Precision::kFP32}},
-                      ResumeCase{"bf16", {.precision = tr::Precision::kBF16}},
+    ::testing::Values(ResumeCase{"fp32", {.precision = tr::Precision::kFp32}},
+                      ResumeCase{"bf16", {.precision = tr::Precision::kBf16}},
                       // A 2^24 initial scale makes the first fp16 steps overflow: skipped steps and
                       // backoff are part of what must be restored; a short growth interval moves it up.
                       ResumeCase{"fp16",
-                                 {.precision = tr::Precision::kFP16,
+                                 {.precision = tr::Precision::kFp16,
                                   .scaler_options = {.init_scale = 16777216.0, .growth_interval = 2}}},
-                      ResumeCase{"bf16_master", {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16}},
+                      ResumeCase{"bf16_master", {.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16}},
                       ResumeCase{
                           "bf16_compact",
-                          {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true}},
+                          {.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16, .compact_state = true}},
                       ResumeCase{"fp16_master",
-                                 {.precision = tr::Precision::kFP16,
+                                 {.precision = tr::Precision::kFp16,
                                   .param_dtype = mt::kFloat16,
                                   .scaler_options = {.init_scale = 16777216.0, .growth_interval = 2}}}),
     [](const ::testing::TestParamInfo<ResumeCase>& info) { return std::string(info.param.name); });
@@ -238,7 +238,7 @@ TEST(Trainer, LrMinFactorOutsideZeroToOneIsRefused) {
 
 TEST(Trainer, Fp16HugeScaleSkipsAndBacksOff) {
   // Guards the fp16 resume case above: it must really exercise skipped steps.
-  const Snapshot s = run({.precision = {.precision = tr::Precision::kFP16,
+  const Snapshot s = run({.precision = {.precision = tr::Precision::kFp16,
                                         .scaler_options = {.init_scale = 16777216.0, .growth_interval = 2}}});
   EXPECT_GT(s.summary.skipped_steps, 0);
   EXPECT_LT(s.summary.final_scale, 16777216.0);
@@ -247,48 +247,48 @@ TEST(Trainer, Fp16HugeScaleSkipsAndBacksOff) {
 TEST(Trainer, ScalerAutoRule) {
   using tr::Precision;
   using tr::ScalerMode;
-  EXPECT_FALSE(tr::uses_scaler(Precision::kFP32, ScalerMode::kAuto));
-  EXPECT_FALSE(tr::uses_scaler(Precision::kBF16, ScalerMode::kAuto));
-  EXPECT_TRUE(tr::uses_scaler(Precision::kFP16, ScalerMode::kAuto));
-  for (Precision p : {Precision::kFP32, Precision::kBF16, Precision::kFP16}) {
+  EXPECT_FALSE(tr::uses_scaler(Precision::kFp32, ScalerMode::kAuto));
+  EXPECT_FALSE(tr::uses_scaler(Precision::kBf16, ScalerMode::kAuto));
+  EXPECT_TRUE(tr::uses_scaler(Precision::kFp16, ScalerMode::kAuto));
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
     EXPECT_TRUE(tr::uses_scaler(p, ScalerMode::kOn));
     EXPECT_FALSE(tr::uses_scaler(p, ScalerMode::kOff));
   }
   // The Trainer applies the rule to its GradScaler.
   auto model = tiny_model(1);
   tr::Trainer bf16(*model, tr::adamw(), train_set(), nullptr,
-                   {.precision = {.precision = Precision::kBF16}, .batch_size = kBatch});
+                   {.precision = {.precision = Precision::kBf16}, .batch_size = kBatch});
   EXPECT_FALSE(bf16.scaler().is_enabled());
   auto model2 = tiny_model(1);
   tr::Trainer fp16(*model2, tr::adamw(), train_set(), nullptr,
-                   {.precision = {.precision = Precision::kFP16}, .batch_size = kBatch});
+                   {.precision = {.precision = Precision::kFp16}, .batch_size = kBatch});
   EXPECT_TRUE(fp16.scaler().is_enabled());
   auto model3 = tiny_model(1);
   tr::Trainer off(*model3, tr::adamw(), train_set(), nullptr,
-                  {.precision = {.precision = Precision::kFP16, .scaler = ScalerMode::kOff}, .batch_size = kBatch});
+                  {.precision = {.precision = Precision::kFp16, .scaler = ScalerMode::kOff}, .batch_size = kBatch});
   EXPECT_FALSE(off.scaler().is_enabled());
 }
 
 TEST(Trainer, PrecisionNamesAndValidation) {
-  EXPECT_EQ(tr::parse_precision("bf16"), tr::Precision::kBF16);
-  EXPECT_EQ(tr::to_string(tr::Precision::kFP16), "fp16");
+  EXPECT_EQ(tr::parse_precision("bf16"), tr::Precision::kBf16);
+  EXPECT_EQ(tr::to_string(tr::Precision::kFp16), "fp16");
   EXPECT_EQ(tr::parse_param_dtype("fp16"), mt::kFloat16);
-  EXPECT_EQ(tr::parse_precision("fp8"), tr::Precision::kFP8);
-  EXPECT_EQ(tr::to_string(tr::Precision::kFP8), "fp8");
-  EXPECT_EQ(tr::autocast_dtype(tr::Precision::kFP8), mt::kBFloat16) << "the layers that are not FP8 run in bf16";
-  EXPECT_FALSE(tr::uses_scaler(tr::Precision::kFP8, tr::ScalerMode::kAuto));
+  EXPECT_EQ(tr::parse_precision("fp8"), tr::Precision::kFp8);
+  EXPECT_EQ(tr::to_string(tr::Precision::kFp8), "fp8");
+  EXPECT_EQ(tr::autocast_dtype(tr::Precision::kFp8), mt::kBFloat16) << "the layers that are not FP8 run in bf16";
+  EXPECT_FALSE(tr::uses_scaler(tr::Precision::kFp8, tr::ScalerMode::kAuto));
   EXPECT_THROW(tr::parse_precision("fp4"), mt::Error);
-  EXPECT_THROW(tr::validate({.precision = tr::Precision::kFP8, .fp8 = {.margin = 99}}), mt::Error);
-  EXPECT_NO_THROW(tr::validate({.precision = tr::Precision::kFP8, .param_dtype = mt::kBFloat16}));
+  EXPECT_THROW(tr::validate({.precision = tr::Precision::kFp8, .fp8 = {.margin = 99}}), mt::Error);
+  EXPECT_NO_THROW(tr::validate({.precision = tr::Precision::kFp8, .param_dtype = mt::kBFloat16}));
   EXPECT_THROW(tr::parse_scaler_mode("maybe"), mt::Error);
-  EXPECT_NO_THROW(tr::validate({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16}));
-  EXPECT_THROW(tr::validate({.precision = tr::Precision::kBF16, .param_dtype = mt::kFloat16}), mt::Error);
-  EXPECT_THROW(tr::validate({.precision = tr::Precision::kFP32, .param_dtype = mt::kBFloat16}), mt::Error);
+  EXPECT_NO_THROW(tr::validate({.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16}));
+  EXPECT_THROW(tr::validate({.precision = tr::Precision::kBf16, .param_dtype = mt::kFloat16}), mt::Error);
+  EXPECT_THROW(tr::validate({.precision = tr::Precision::kFp32, .param_dtype = mt::kBFloat16}), mt::Error);
   // Compact state packs the master into a bf16 parameter: bf16 parameters only.
   EXPECT_NO_THROW(
-      tr::validate({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true}));
-  EXPECT_THROW(tr::validate({.precision = tr::Precision::kBF16, .compact_state = true}), mt::Error);
-  EXPECT_THROW(tr::validate({.precision = tr::Precision::kFP16, .param_dtype = mt::kFloat16, .compact_state = true}),
+      tr::validate({.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16, .compact_state = true}));
+  EXPECT_THROW(tr::validate({.precision = tr::Precision::kBf16, .compact_state = true}), mt::Error);
+  EXPECT_THROW(tr::validate({.precision = tr::Precision::kFp16, .param_dtype = mt::kFloat16, .compact_state = true}),
                mt::Error);
 }
 
@@ -307,21 +307,21 @@ TEST(Trainer, CompactStateHoldsTwelveBytesPerParameter) {
     if (out) *out = s;
     return s.model_state_bytes_per_param;
   };
-  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBF16}), 16.0);
-  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16}), 16.0);
+  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBf16}), 16.0);
+  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16}), 16.0);
   tr::TrainSummary compact;
-  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true},
+  EXPECT_EQ(bytes_per_param({.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16, .compact_state = true},
                             &compact),
             12.0);
   EXPECT_EQ(compact.model_state_bytes, 12 * compact.num_parameters);
 
   // A compact run does not resume from a checkpoint written without compact state.
   TempDir dir;
-  run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16},
+  run({.precision = {.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16},
        .max_steps = 2,
        .out_dir = dir.path()});
   EXPECT_MT_ERROR(
-      run({.precision = {.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16, .compact_state = true},
+      run({.precision = {.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16, .compact_state = true},
            .max_steps = 3,
            .resume_from = dir.file("checkpoint.safetensors")}),
       "compact_state = false in the checkpoint, true in this run");
@@ -330,7 +330,7 @@ TEST(Trainer, CompactStateHoldsTwelveBytesPerParameter) {
 TEST(Trainer, MasterWeightsNeedTheModelConvertedBeforeTheOptimizer) {
   auto model = tiny_model(1);
   mt::optim::AdamW opt(model->parameters());  // fp32 parameters: no masters
-  const tr::PrecisionConfig p{.precision = tr::Precision::kBF16, .param_dtype = mt::kBFloat16};
+  const tr::PrecisionConfig p{.precision = tr::Precision::kBf16, .param_dtype = mt::kBFloat16};
   try {
     tr::Trainer t(*model, opt, train_set(), nullptr, {.precision = p, .batch_size = kBatch});
     FAIL() << "expected mt::Error";
@@ -350,7 +350,7 @@ TEST(Trainer, MasterWeightsNeedTheModelConvertedBeforeTheOptimizer) {
 TEST(Trainer, WritesMetricsSummaryAndWeights) {
   TempDir dir;
   const std::string out = dir.file("run");
-  const Snapshot s = run({.precision = {.precision = tr::Precision::kFP16}, .max_steps = 7, .out_dir = out});
+  const Snapshot s = run({.precision = {.precision = tr::Precision::kFp16}, .max_steps = 7, .out_dir = out});
 
   const std::vector<json> metrics = read_jsonl(out + "/metrics.jsonl");
   ASSERT_EQ(metrics.size(), 7u);
@@ -392,7 +392,7 @@ TEST(Trainer, WritesMetricsSummaryAndWeights) {
 TEST(Trainer, CheckpointEveryWritesLoadableFilesAtomically) {
   TempDir dir;
   const std::string out = dir.file("run");
-  run({.precision = {.precision = tr::Precision::kBF16}, .max_steps = 7, .out_dir = out, .checkpoint_every = 2});
+  run({.precision = {.precision = tr::Precision::kBf16}, .max_steps = 7, .out_dir = out, .checkpoint_every = 2});
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(out)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
@@ -412,9 +412,9 @@ TEST(Trainer, CheckpointEveryWritesLoadableFilesAtomically) {
 
 TEST(Trainer, ResumeRefusesOtherSettings) {
   TempDir dir;
-  run({.precision = {.precision = tr::Precision::kFP32}, .max_steps = 2, .out_dir = dir.path()});
+  run({.precision = {.precision = tr::Precision::kFp32}, .max_steps = 2, .out_dir = dir.path()});
   try {
-    run({.precision = {.precision = tr::Precision::kBF16}, .resume_from = dir.file("checkpoint.safetensors")});
+    run({.precision = {.precision = tr::Precision::kBf16}, .resume_from = dir.file("checkpoint.safetensors")});
     FAIL() << "expected mt::Error";
   } catch (const mt::Error& e) {
     EXPECT_NE(std::string(e.what()).find("precision"), std::string::npos) << e.what();
@@ -455,7 +455,7 @@ TEST(Trainer, EvaluateClassifierAndLanguageModel) {
   mt::Generator gen(0);
   mt::nn::GPT gpt({.vocab_size = 256, .context = 8, .embed_dim = 16, .num_layers = 1, .num_heads = 2}, &gen);
   tr::Trainer lm(gpt, tr::adamw(3e-3), lm_train, &lm_val,
-                 {.precision = {.precision = tr::Precision::kBF16}, .max_steps = 3, .batch_size = 4});
+                 {.precision = {.precision = tr::Precision::kBf16}, .max_steps = 3, .batch_size = 4});
   const tr::TrainSummary s = lm.fit();
   ASSERT_TRUE(s.test_loss.has_value());
   EXPECT_TRUE(std::isfinite(*s.test_loss));

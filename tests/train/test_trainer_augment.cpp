@@ -38,7 +38,7 @@ Result train(bool flip, int64_t steps, const std::string& out_dir = "", const st
   o.out_dir = out_dir;
   o.resume_from = resume;
   o.timing_warmup_steps = 0;
-  o.precision = {.precision = tr::Precision::kBF16};
+  o.precision = {.precision = tr::Precision::kBf16};
   if (flip) {
     o.train_transform = mt::data::random_horizontal_flip(o.seed);
     o.augment_name = "flip";

@@ -169,7 +169,7 @@ TEST(NonFinite, AScaleAtTheFloorStopsAnFp16Run) {
   // Every loss is NaN: the GradScaler skips and halves 65536 -> 32768 -> 16384; at the floor the run stops.
   TempDir dir;
   RunSetup r = base_run(dir.path(), 20);
-  r.o.precision = {.precision = tr::Precision::kFP16};
+  r.o.precision = {.precision = tr::Precision::kFp16};
   r.o.scaler_floor = 16384;
   r.o.loss_fn = nan_loss_on({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
   EXPECT_MT_ERROR(fit(r), "diverged at step 3", "loss scale 16384, at or below the floor of 16384",
@@ -238,7 +238,7 @@ class CraftedCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
     RunSetup r = base_run(dir_.path(), 3);
-    r.o.precision = {.precision = tr::Precision::kFP16};  // a scaler state to tamper with
+    r.o.precision = {.precision = tr::Precision::kFp16};  // a scaler state to tamper with
     fit(r);
   }
   // Loads the good checkpoint, applies `edit` to its metadata, saves it as "bad.safetensors" and
@@ -248,7 +248,7 @@ class CraftedCheckpoint : public ::testing::Test {
     edit(ck.metadata);
     mt::io::save_checkpoint(dir_.file("bad.safetensors"), ck);
     RunSetup r = base_run("", 6);
-    r.o.precision = {.precision = tr::Precision::kFP16};
+    r.o.precision = {.precision = tr::Precision::kFp16};
     r.o.resume_from = dir_.file("bad.safetensors");
     r.o.resume_overrides = {"total_steps"};
     const std::string msg = mt::testing::error_message([&] { fit(r); });
@@ -265,7 +265,7 @@ class CraftedCheckpoint : public ::testing::Test {
 
 TEST_F(CraftedCheckpoint, TheUntouchedCheckpointResumes) {
   RunSetup r = base_run("", 6);
-  r.o.precision = {.precision = tr::Precision::kFP16};
+  r.o.precision = {.precision = tr::Precision::kFp16};
   r.o.resume_from = dir_.file("checkpoint.safetensors");
   r.o.resume_overrides = {"total_steps"};
   EXPECT_EQ(fit(r).steps, 6);
@@ -427,7 +427,7 @@ TEST(Fp8Checkpoint, ResumesExactlyAndRefusesCraftedState) {
   TempDir dir;
   auto fp8_run = [&](const std::string& out, int64_t steps) {
     RunSetup r = base_run(out, steps);
-    r.o.precision = {.precision = tr::Precision::kFP8, .fp8 = {.amax_history_len = 2}};
+    r.o.precision = {.precision = tr::Precision::kFp8, .fp8 = {.amax_history_len = 2}};
     r.o.lr_decay = tr::LrDecay::kConstant;
     return r;
   };

@@ -259,7 +259,7 @@ void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision 
     throw UsageError("model " + a.model + " classifies 28x28 images: --data text:FILE needs --model gpt");
   if (lm && a.augment != "none")
     throw UsageError("--augment " + a.augment + " mirrors images; model " + a.model + " reads token sequences");
-  if (precision == train::Precision::kFP8 && a.checkpoint_activations)
+  if (precision == train::Precision::kFp8 && a.checkpoint_activations)
     throw UsageError("--checkpoint-activations cannot be used with --precision fp8: the recomputed forward would "
                      "quantise with scales that changed since the forward");
   // compare's "same" gives each 16-bit run parameters of its own dtype, valid by construction.

@@ -11,7 +11,7 @@
 // What an FP8 Linear computes (fp8_linear below): the input x and the weight W are quantised to
 // E4M3 with their own scales, y = dq(q(x)) dq(q(W))^T + b with fp32 accumulation, rounded once to
 // the output dtype. In backward the output gradient dY is quantised to E5M2 (E4M3 with the
-// recipe's kE4M3 format), dX = dq(q(dY)) dq(q(W)), dW = dq(q(dY))^T dq(q(x)), both fp32 sums; the bias gradient is the sum of the unquantised dY. This is what an FP8 GEMM with scale
+// recipe's kAllE4M3 format), dX = dq(q(dY)) dq(q(W)), dW = dq(q(dY))^T dq(q(x)), both fp32 sums; the bias gradient is the sum of the unquantised dY. This is what an FP8 GEMM with scale
 // factors and fp32 accumulation computes: on the CPU the "GEMM" is the fp32 GEMM of the exact
 // dequantised values (each code's value times the inverse scale), so results match an FP8 tensor
 // core up to the order of the fp32 sums. Saved for backward: the 1-byte codes of x and W.
@@ -56,8 +56,8 @@ namespace mixtrain::amp {
 
 struct Fp8Recipe {
   // kHybrid: E4M3 forward (inputs, weights), E5M2 output gradients (Transformer Engine's HYBRID).
-  // kE4M3: E4M3 for all three.
-  enum class Format : uint8_t { kHybrid, kE4M3 };
+  // kAllE4M3: E4M3 for all three (the format itself is Fp8Format::kE4M3, mixtrain/float8.h).
+  enum class Format : uint8_t { kHybrid, kAllE4M3 };
   enum class AmaxCompute : uint8_t { kMax, kMostRecent };
 
   Format format = Format::kHybrid;

@@ -48,12 +48,12 @@
 
 namespace mixtrain::train {
 
-enum class Precision { kFP32, kBF16, kFP16, kFP8 };
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 enum class ScalerMode { kAuto, kOn, kOff };
 enum class WeightUpdate { kMaster, kStochastic, kKahan, kNearest };
 
 struct PrecisionConfig {
-  Precision precision = Precision::kFP32;
+  Precision precision = Precision::kFp32;
   ScalerMode scaler = ScalerMode::kAuto;
   // dtype of the model's parameters: kFloat32 (mode a) or the precision's 16-bit dtype (mode b).
   DType param_dtype = kFloat32;

@@ -5,7 +5,7 @@
 //   nn::Sequential model(nn::Flatten(), nn::Linear(784, 256), nn::ReLU(), nn::Linear(256, 10));
 //   mt::data::FashionMNIST train_set(dir, mt::data::Split::kTrain), test_set(dir, mt::data::Split::kTest);
 //   mt::train::TrainerOptions o;
-//   o.precision = {.precision = mt::train::Precision::kFP16};   // autocast fp16 + GradScaler
+//   o.precision = {.precision = mt::train::Precision::kFp16};   // autocast fp16 + GradScaler
 //   o.epochs = 2;
 //   o.out_dir = "runs/cnn-fp16";
 //   mt::train::Trainer trainer(model, mt::train::adamw(1e-3, 0.01), train_set, &test_set, o);
@@ -329,7 +329,7 @@ class Trainer {
   Device model_device() const;
   // The FP8 region of a forward: enabled with the recipe for precision fp8, disabled otherwise.
   amp::Fp8AutocastOptions fp8_region() const {
-    return {.enabled = options_.precision.precision == Precision::kFP8, .recipe = options_.precision.fp8};
+    return {.enabled = options_.precision.precision == Precision::kFp8, .recipe = options_.precision.fp8};
   }
   // One optimisation step on `batch`; returns the StepInfo fields it knows.
   StepInfo train_step(const data::Batch& batch);

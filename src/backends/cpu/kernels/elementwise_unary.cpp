@@ -259,25 +259,25 @@ struct GeluForwardBackward {
 
 void register_cpu_unary(const Registry& r) {
   r.floating<GeluForwardBackward>(gelu_forward_backward_table);
-#define MT_REGISTER_FORWARD(name) r.floating<Unary<name##_op>::Forward>(unary_forward_tables[static_cast<int>(UnaryOp::k_##name)]);
+#define MT_REGISTER_FORWARD(Name, name) r.floating<Unary<name##_op>::Forward>(unary_forward_tables[static_cast<int>(UnaryOp::k##Name)]);
   MT_FORALL_UNARY_KERNELS(MT_REGISTER_FORWARD)
 #undef MT_REGISTER_FORWARD
-#define MT_REGISTER_BACKWARD(name) \
-  r.floating<Unary<name##_op>::Backward>(unary_backward_tables[static_cast<int>(UnaryOp::k_##name)]);
+#define MT_REGISTER_BACKWARD(Name, name) \
+  r.floating<Unary<name##_op>::Backward>(unary_backward_tables[static_cast<int>(UnaryOp::k##Name)]);
   // Ops whose backward is one fused pass (neg, add_scalar and mul_scalar compose other ops).
-  MT_REGISTER_BACKWARD(exp)
-  MT_REGISTER_BACKWARD(log)
-  MT_REGISTER_BACKWARD(sqrt)
-  MT_REGISTER_BACKWARD(rsqrt)
-  MT_REGISTER_BACKWARD(tanh)
-  MT_REGISTER_BACKWARD(sigmoid)
-  MT_REGISTER_BACKWARD(relu)
-  MT_REGISTER_BACKWARD(gelu)
-  MT_REGISTER_BACKWARD(gelu_tanh)
-  MT_REGISTER_BACKWARD(silu)
-  MT_REGISTER_BACKWARD(clamp)
-  MT_REGISTER_BACKWARD(square)
-  MT_REGISTER_BACKWARD(pow_scalar)
+  MT_REGISTER_BACKWARD(Exp, exp)
+  MT_REGISTER_BACKWARD(Log, log)
+  MT_REGISTER_BACKWARD(Sqrt, sqrt)
+  MT_REGISTER_BACKWARD(Rsqrt, rsqrt)
+  MT_REGISTER_BACKWARD(Tanh, tanh)
+  MT_REGISTER_BACKWARD(Sigmoid, sigmoid)
+  MT_REGISTER_BACKWARD(Relu, relu)
+  MT_REGISTER_BACKWARD(Gelu, gelu)
+  MT_REGISTER_BACKWARD(GeluTanh, gelu_tanh)
+  MT_REGISTER_BACKWARD(Silu, silu)
+  MT_REGISTER_BACKWARD(Clamp, clamp)
+  MT_REGISTER_BACKWARD(Square, square)
+  MT_REGISTER_BACKWARD(PowScalar, pow_scalar)
 #undef MT_REGISTER_BACKWARD
 }
 

@@ -293,8 +293,8 @@ struct ArgmaxKernel {
 }  // namespace
 
 void register_cpu_reduce(const Registry& r) {
-  r.all_dtypes<Reduce<SumOp>::Kernel>(reduce_tables[static_cast<int>(ReduceOp::kSum)]);
-  r.floating<Reduce<MaxOp>::Kernel>(reduce_tables[static_cast<int>(ReduceOp::kMax)]);
+  r.all_dtypes<Reduce<SumOp>::Kernel>(reduce_tables[static_cast<int>(ReduceKind::kSum)]);
+  r.floating<Reduce<MaxOp>::Kernel>(reduce_tables[static_cast<int>(ReduceKind::kMax)]);
   r.all_dtypes<ArgmaxKernel>(argmax_table);
 }
 

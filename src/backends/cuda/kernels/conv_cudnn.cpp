@@ -500,7 +500,7 @@ void bias_gradient(const Tensor& gy, const Tensor& gb) {
   MT_INTERNAL_ASSERT(gy.is_contiguous(), "conv2d: the output gradient must be contiguous, got ", describe(gy));
   const DType acc = gy.dtype() == kFloat64 ? kFloat64 : kFloat32;
   const Tensor per_image = Tensor::empty({N, O}, acc, gy.device());
-  reduce_kernel(ReduceOp::kSum)(gy.device(), gy.dtype())(per_image, gy, ReduceShape{N * O, spatial, 1}, 1.0);
+  reduce_kernel(ReduceKind::kSum)(gy.device(), gy.dtype())(per_image, gy, ReduceShape{N * O, spatial, 1}, 1.0);
   sum_rows(per_image, gb);
 }
 

@@ -291,9 +291,9 @@ struct CompareScalar {
 }  // namespace
 
 void register_cuda_elementwise(const Registry& r) {
-#define MT_CUDA_UNARY(name)                                                                            \
-  r.floating<Unary<name##_op>::Forward>(unary_forward_tables[static_cast<int>(UnaryOp::k_##name)]); \
-  r.floating<Unary<name##_op>::Backward>(unary_backward_tables[static_cast<int>(UnaryOp::k_##name)]);
+#define MT_CUDA_UNARY(Name, name)                                                                            \
+  r.floating<Unary<name##_op>::Forward>(unary_forward_tables[static_cast<int>(UnaryOp::k##Name)]); \
+  r.floating<Unary<name##_op>::Backward>(unary_backward_tables[static_cast<int>(UnaryOp::k##Name)]);
   MT_FORALL_UNARY_KERNELS(MT_CUDA_UNARY)
 #undef MT_CUDA_UNARY
   r.floating<Binary<AddOp>::Kernel>(binary_tables[static_cast<int>(BinaryOp::kAdd)]);

@@ -228,8 +228,8 @@ void sum_to_size_cuda(const Tensor& x, const Tensor& out) {
 }  // namespace
 
 void register_cuda_reduce(const Registry& r) {
-  r.all_dtypes<Reduce<false>::Kernel>(reduce_tables[static_cast<int>(ReduceOp::kSum)]);
-  r.floating<Reduce<true>::Kernel>(reduce_tables[static_cast<int>(ReduceOp::kMax)]);
+  r.all_dtypes<Reduce<false>::Kernel>(reduce_tables[static_cast<int>(ReduceKind::kSum)]);
+  r.floating<Reduce<true>::Kernel>(reduce_tables[static_cast<int>(ReduceKind::kMax)]);
   r.all_dtypes<Argmax>(argmax_table);
   for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     r.set(sum_rows_table, d, &sum_rows_cuda);

@@ -1,5 +1,5 @@
-// src/amp/amp_kernels.h (internal): the grad scaler's two kernels, PyTorch's
-// _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_, on tensors so that a device
+// src/amp/scaler_ops.h (internal): the grad scaler's two ops, front ends of kernels/optim.h's tables:
+// PyTorch's _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_, on tensors so that a device
 // backend can run them without a host round trip.
 //
 // Tensor roles: `scale` is a 0-dim float32, `growth_tracker` a 0-dim int32, `found_inf` and

@@ -1,5 +1,5 @@
 // The grad scaler's kernels: argument checks here, the work in the device's kernels (kernels/optim.h).
-#include "amp/amp_kernels.h"
+#include "amp/scaler_ops.h"
 
 #include "kernels/optim.h"
 
