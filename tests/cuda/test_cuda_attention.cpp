@@ -1,4 +1,4 @@
-// The CUDA fused attention (src/backends/cuda/kernels/attention.cu: the warp-per-row kernels for fp32 and fp64
+// The CUDA fused attention (src/backends/cuda/kernels/nn_attention.cu: the warp-per-row kernels for fp32 and fp64
 // and the shapes the tensor-core kernels decline; attention_flash.cu: the bf16/fp16 tensor-core
 // kernels) against the CPU's (src/backends/cpu/kernels/nn_attention.cpp): out, lse, gq, gk and gv on the same
 // inputs, through the kernel tables (for lse and exact control of the layouts) and through the op

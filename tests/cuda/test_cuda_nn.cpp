@@ -1,4 +1,4 @@
-// The CUDA nn, loss and batch_norm kernels (src/backends/cuda/kernels/nn.cu, loss.cu, batch_norm.cu) against
+// The CUDA nn, loss and batch_norm kernels (src/backends/cuda/kernels/nn_*.cu, loss.cu) against
 // the CPU's through the public functional API: each op forward and backward on the same inputs and
 // the same output gradient on both devices. Dropout and pooling give the CPU's bits (the same
 // Philox mask; maxima and the CPU's order of additions); the rest agree within the tolerances of

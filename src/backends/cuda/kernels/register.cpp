@@ -10,7 +10,10 @@ void register_cuda(Registry& registry) {
   cuda::register_cuda_reduce(registry);
   cuda::register_cuda_optim(registry);
   cuda::register_cuda_matmul(registry);
-  cuda::register_cuda_nn(registry);
+  cuda::register_cuda_softmax(registry);
+  cuda::register_cuda_layer_norm(registry);
+  cuda::register_cuda_dropout(registry);
+  cuda::register_cuda_pool(registry);
   cuda::register_cuda_loss(registry);
   cuda::register_cuda_batch_norm(registry);
   cuda::register_cuda_shape_ops(registry);
