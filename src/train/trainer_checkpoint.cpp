@@ -31,6 +31,7 @@
 #include "mixtrain/nn/dropout.h"
 #include "mixtrain/nn/linear.h"
 #include "mixtrain/train/trainer.h"
+#include "train/nonfinite_guard.h"
 
 namespace mixtrain::train {
 
@@ -174,7 +175,7 @@ std::map<std::string, std::string> Trainer::trajectory_settings() const {
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {
-  check_finite_before_writing("checkpoint '" + path + "'");
+  detail::check_finite_before_writing(*optimizer_, "checkpoint '" + path + "'", step_);
   io::Checkpoint ck;
   for (const auto& [name, t] : model_->state_dict()) ck.tensors[kModelPrefix + name] = t;
   for (const auto& [name, m] : model_->named_modules()) {
@@ -245,8 +246,9 @@ void Trainer::load_checkpoint(const std::string& path) {
       const json want = json::parse(text);
       const bool has = trainer.contains(key);
       if (has && trainer.at(key) == want) continue;
-      const std::string what = detail::concat(key, " = ", has ? io::describe_json(trainer.at(key)) : "(none)",
-                                              " in the checkpoint, ", io::describe_json(want), " in this run");
+      const std::string what =
+          mixtrain::detail::concat(key, " = ", has ? io::describe_json(trainer.at(key)) : "(none)",
+                                   " in the checkpoint, ", io::describe_json(want), " in this run");
       std::string& list = overrides.contains(key) ? changed : refused;
       list += (list.empty() ? "" : "; ") + what;
     }
@@ -294,8 +296,8 @@ void Trainer::load_checkpoint(const std::string& path) {
                               [](char c) { return c >= '0' && c <= '9'; });
         if (ok) index = std::stoul(rest.substr(0, dot));
         Tensor* field = ok && index < osd.state.size() ? slot(osd.state[index], rest.substr(dot + 1)) : nullptr;
-        MT_CHECK(field != nullptr, "resume: '", path, "': unexpected optimizer tensor ", detail::quote_untrusted(name),
-                 " (this optimizer has ", osd.state.size(), " parameters)");
+        MT_CHECK(field != nullptr, "resume: '", path, "': unexpected optimizer tensor ",
+                 mixtrain::detail::quote_untrusted(name), " (this optimizer has ", osd.state.size(), " parameters)");
         *field = t;
       } else if (starts_with(name, kFp8Prefix)) {
         // "<module path>.<role>.<field>": the path may hold dots, role and field do not.
@@ -309,11 +311,11 @@ void Trainer::load_checkpoint(const std::string& path) {
         const auto role_it = std::find_if(kFp8Roles.begin(), kFp8Roles.end(), [&](const char* r) { return role == r; });
         MT_CHECK(linears.count(module) > 0 && role_it != kFp8Roles.end() &&
                      (field == "scale" || field == "amax_history"),
-                 "resume: '", path, "': unexpected FP8 tensor ", detail::quote_untrusted(name),
+                 "resume: '", path, "': unexpected FP8 tensor ", mixtrain::detail::quote_untrusted(name),
                  " (expected fp8.<Linear layer>.{input,weight,grad_output}.{scale,amax_history})");
         MT_CHECK(t.dtype() == kFloat32 && t.dim() == 1 &&
                      (field == "scale" ? t.numel() == 1 : t.numel() >= 1 && t.numel() <= 65536),
-                 "resume: '", path, "': FP8 tensor ", detail::quote_untrusted(name), " must be float32 [",
+                 "resume: '", path, "': FP8 tensor ", mixtrain::detail::quote_untrusted(name), " must be float32 [",
                  field == "scale" ? "1" : "1..65536", "], got ", describe(t));
         const size_t r = static_cast<size_t>(role_it - kFp8Roles.begin());
         const std::vector<float> values = t.to(kCPU).to_vector<float>();
@@ -322,7 +324,7 @@ void Trainer::load_checkpoint(const std::string& path) {
         else
           fp8_saved[module].history[r] = values;
       } else {
-        MT_FAIL("resume: '", path, "': unexpected tensor ", detail::quote_untrusted(name));
+        MT_FAIL("resume: '", path, "': unexpected tensor ", mixtrain::detail::quote_untrusted(name));
       }
     }
     const json optim = parse_meta(ck, path, "optim", 3);

@@ -178,7 +178,7 @@ TEST(NonFinite, AScaleAtTheFloorStopsAnFp16Run) {
 
 TEST(NonFinite, PolicyNames) {
   for (auto p : {tr::NonFinitePolicy::kStop, tr::NonFinitePolicy::kSkip, tr::NonFinitePolicy::kContinue})
-    EXPECT_EQ(tr::parse_nonfinite_policy(tr::to_string(p)), p);
+    EXPECT_EQ(tr::parse_nonfinite_policy(std::string(tr::to_string(p))), p);
   EXPECT_MT_ERROR(tr::parse_nonfinite_policy("ignore"), "\"ignore\"", "stop, skip, continue");
 }
 

@@ -70,6 +70,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mixtrain/amp/grad_scaler.h"
@@ -140,7 +141,7 @@ enum class LrDecay { kConstant, kCosine };
 
 enum class NonFinitePolicy { kStop, kSkip, kContinue };
 // "stop", "skip", "continue"; parse_nonfinite_policy throws mt::Error for anything else.
-const char* to_string(NonFinitePolicy p);
+std::string_view to_string(NonFinitePolicy p);
 NonFinitePolicy parse_nonfinite_policy(const std::string& text);
 
 // Thrown by fit() when training diverges (see "Non-finite training" above).
@@ -334,22 +335,9 @@ class Trainer {
   // One optimisation step on `batch`; returns the StepInfo fields it knows.
   StepInfo train_step(const data::Batch& batch);
   void finish_epoch(RunState& run, bool evaluate_now);
+  // metrics.jsonl and on_step (in metrics.cpp, with the summary).
   void log_step(RunState& run, const StepInfo& info);
   TrainSummary make_summary(const RunState& run) const;
-  // Refuses out_dir when it holds another run's files (see "Output directory").
-  void prepare_out_dir();
-  // Removes all but the newest keep_checkpoints checkpoint-<step> files.
-  void remove_old_checkpoints() const;
-  // The flat index of the first parameter holding inf or NaN, or -1.
-  int64_t first_nonfinite_parameter() const;
-  // Throws NonFiniteError when a parameter is not finite (`what`: the file about to be written).
-  void check_finite_before_writing(const std::string& what) const;
-  // The checks and the policy of "Non-finite training" for one step without a GradScaler; true when
-  // the update goes ahead.
-  bool nonfinite_gate(double loss);
-  // NonFiniteError's message for the step being taken: `cause`, the loss, the first non-finite
-  // parameter or else the named gradient.
-  std::string divergence_message(const std::string& cause, double loss, const std::string& grad_name) const;
   uint64_t data_fingerprint() const;
   void sync_after_backward(StepInfo& info);
 
@@ -374,7 +362,7 @@ class Trainer {
   std::optional<EvalResult> last_eval_;
   int64_t last_eval_step_ = -1;
   std::string applied_overrides_;
-  bool out_dir_ready_ = false;                   // prepare_out_dir() accepted out_dir for this Trainer
+  bool out_dir_ready_ = false;                   // out_dir was checked and readied for this Trainer
   mutable std::optional<uint64_t> fingerprint_;  // of the training data, computed once
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // with a process group of several ranks
   std::unique_ptr<nn::NonFiniteOrigin> origin_;         // with options.find_nonfinite_origin

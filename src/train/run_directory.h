@@ -1,0 +1,31 @@
+// src/train/run_directory.h (internal): the Trainer's output directory and the names of the files a run
+// writes there (trainer.h, "Output directory" and "Files in out_dir"). Kept apart from the loop so that
+// the rules on whose files may be replaced live in one place, next to the names they recognise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mixtrain/io/file.h"
+
+namespace mixtrain::train::detail {
+
+// "<dir>/checkpoint-<step>.safetensors": the periodic checkpoint of `step`.
+std::string periodic_checkpoint_path(const std::string& dir, int64_t step);
+
+// Keeps the lines of the metrics file whose "step" is <= `step` (what a run resumed from a
+// checkpoint at `step` has already logged; later lines belong to the interrupted continuation and
+// would be logged twice), rewriting it atomically, and returns it opened for appending.
+io::AppendFile truncate_metrics(const std::string& path, int64_t step);
+
+// Creates `out_dir` and readies it for a run: removes the temporary files a killed process left, then
+//  - when the run resumed from a checkpoint that lies in `out_dir` (`resumed_from`, at `resumed_step`):
+//    removes the periodic checkpoints past that step (the abandoned continuation wrote them);
+//  - else, when `out_dir` holds files: refuses (mt::Error naming some of them) unless `overwrite`, which
+//    removes the run files and leaves other files alone.
+void prepare_out_dir(const std::string& out_dir, bool overwrite, const std::string& resumed_from, int64_t resumed_step);
+
+// Removes all but the newest `keep` checkpoint-<step> files of `dir`.
+void remove_old_checkpoints(const std::string& dir, int64_t keep);
+
+}  // namespace mixtrain::train::detail

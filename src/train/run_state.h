@@ -1,0 +1,39 @@
+// src/train/run_state.h (internal): what one fit() call keeps besides the Trainer's saved position: its
+// clocks, step times, memory accounting and open metrics file. Shared by the loop (trainer.cpp), which
+// fills it, and the reporting (metrics.cpp), which logs and summarises from it.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "mixtrain/io/file.h"
+#include "mixtrain/memory.h"
+#include "mixtrain/train/trainer.h"
+
+namespace mixtrain::train {
+
+struct Trainer::RunState {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point epoch_start = std::chrono::steady_clock::now();
+  std::vector<double> step_ms;
+  int64_t steps = 0;
+  Device device;            // the model's: memory is counted there
+  int64_t peak = 0;         // highest memory::stats(device).peak_bytes seen during training
+  int64_t other_bytes = 0;  // bytes held at the start that are not training state (datasets, ...)
+  io::AppendFile metrics;   // open when out_dir is set
+  int64_t total = 0;
+  int64_t epochs = 0;
+
+  void note_peak() { peak = std::max(peak, memory::stats(device).peak_bytes); }
+};
+
+namespace detail {
+
+// The training state that exists before the first step: the model's parameters, buffers and
+// gradients and the optimizer's state (what RunState::other_bytes leaves out of the peak).
+int64_t training_state_bytes(const nn::Module& model, const optim::Optimizer& optimizer);
+
+}  // namespace detail
+}  // namespace mixtrain::train
