@@ -231,13 +231,13 @@ int main(int argc, char** argv) {
   };
   for (const AdamLayout& l : layouts)
     for (Isa level : levels)
-      add(std::string("adamw/") + l.name + "/" + mt::cpu::name(level), BM_AdamW, l, level);
+      add(std::string("adamw/") + l.name + "/" + std::string(mt::cpu::to_string(level)), BM_AdamW, l, level);
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16})
     for (Isa level : levels)
-      add("maxpool2x2/" + std::string(mt::name(dt)) + "/" + mt::cpu::name(level), BM_MaxPool2x2, dt, level);
+      add("maxpool2x2/" + std::string(mt::to_string(dt)) + "/" + std::string(mt::cpu::to_string(level)), BM_MaxPool2x2, dt, level);
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16})
     for (Isa level : levels) {
-      const std::string suffix = std::string(mt::name(dt)) + "/" + mt::cpu::name(level);
+      const std::string suffix = std::string(mt::to_string(dt)) + "/" + std::string(mt::cpu::to_string(level));
       add("attention/" + suffix, BM_Attention, dt, level, false);
       add("attention-cold/" + suffix, BM_Attention, dt, level, true);
       add("softmax/" + suffix, BM_Softmax, dt, level);
@@ -249,12 +249,12 @@ int main(int argc, char** argv) {
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16})
     for (int64_t cols : {256, 768, 1024})
       for (bool cold : {false, true})
-        add(std::string(cold ? "bias_grad-cold/" : "bias_grad/") + std::string(mt::name(dt)) + "/" + std::to_string(cols),
+        add(std::string(cold ? "bias_grad-cold/" : "bias_grad/") + std::string(mt::to_string(dt)) + "/" + std::to_string(cols),
             BM_BiasGrad, dt, cols, cold);
   for (auto [from, to] : {std::pair{mt::kFloat32, mt::kBFloat16}, std::pair{mt::kBFloat16, mt::kFloat32},
                           std::pair{mt::kFloat32, mt::kFloat16}, std::pair{mt::kFloat16, mt::kFloat32}})
     for (Isa level : convert_levels)
-      add("convert/" + std::string(mt::name(from)) + "-" + std::string(mt::name(to)) + "/" + mt::cpu::name(level),
+      add("convert/" + std::string(mt::to_string(from)) + "-" + std::string(mt::to_string(to)) + "/" + std::string(mt::cpu::to_string(level)),
           BM_Convert, from, to, level);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -69,7 +69,7 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_loop(long iters) {
 bool runs_here(benchmark::State& state, mixtrain::cpu::Isa needed) {
   namespace cpu = mixtrain::cpu;
   if (cpu::isa() >= needed) return true;
-  const std::string why = std::string("skipped: needs the ") + cpu::name(needed) + " level; " + cpu::describe();
+  const std::string why = std::string("skipped: needs the ") + std::string(cpu::to_string(needed)) + " level; " + cpu::describe();
   state.SkipWithError(why.c_str());
   return false;
 }

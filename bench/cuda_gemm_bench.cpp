@@ -73,7 +73,7 @@ Record time_gemm(const std::string& name, mt::DType dtype, int64_t m, int64_t n,
   throw std::runtime_error("this build has no CUDA backend");
 #endif
   const double t = median(ms);
-  return {name, std::string(mt::name(dtype)), m, n, k, t, 2.0 * m * n * k / (t * 1e-3) / 1e12};
+  return {name, std::string(mt::to_string(dtype)), m, n, k, t, 2.0 * m * n * k / (t * 1e-3) / 1e12};
 }
 
 }  // namespace

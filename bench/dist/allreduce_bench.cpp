@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   }
   if (rank != 0) return 0;
 
-  const std::string dtype(mt::name(o.dtype));
+  const std::string dtype(mt::to_string(o.dtype));
   if (o.json) {
     std::printf("{\"ranks\": %d, \"backend\": \"%s\", \"dtype\": \"%s\", \"op\": \"sum\", \"reps\": %d, \"records\": [",
                 size, backend.c_str(), dtype.c_str(), o.reps);

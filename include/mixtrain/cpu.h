@@ -34,7 +34,7 @@ enum class Isa : uint8_t {
 inline constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx};
 
 // "generic", "avx2", "avx512", "avx512_bf16", "amx": the names MIXTRAIN_MAX_ISA accepts.
-const char* name(Isa isa);
+std::string_view to_string(Isa isa);
 // Parses one of those names, or "native" (no cap, returned as nullopt). Anything else throws
 // mt::Error naming `source` (e.g. "MIXTRAIN_MAX_ISA") and the accepted values.
 std::optional<Isa> parse_isa(std::string_view text, std::string_view source);

@@ -57,7 +57,7 @@ std::string device_unavailable_reason(DeviceType type);
 
 // "cpu", "cuda", "checked", or the registered name of the kPrivateUse1 backend ("privateuse1" when
 // none is).
-const char* device_type_name(DeviceType t);
+std::string_view to_string(DeviceType t);
 
 // The device types this library knows (one per folder of src/backends/), in the enum's order: the
 // name parse_device accepts, whether "name:N" selects one of several devices, a line on what it

@@ -51,7 +51,7 @@ constexpr const DTypeInfo& info(DType t) { return kDTypeInfo[static_cast<int>(t)
 constexpr size_t element_size(DType t) { return info(t).size; }
 constexpr bool is_floating(DType t) { return info(t).is_floating; }
 constexpr bool is_reduced_float(DType t) { return t == kFloat16 || t == kBFloat16; }
-constexpr std::string_view name(DType t) { return info(t).name; }
+constexpr std::string_view to_string(DType t) { return info(t).name; }
 std::ostream& operator<<(std::ostream& os, DType t);
 
 // Result dtype of a binary op on two tensors (PyTorch's rules for tensors of equal rank category):

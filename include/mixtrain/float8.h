@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include "mixtrain/error.h"
 
@@ -217,7 +218,7 @@ inline void convert_fp8_to_fp32(const float8_e5m2* src, float* dst, int64_t n) {
 // gradients).
 enum class Fp8Format : uint8_t { kE4M3, kE5M2 };
 
-inline constexpr const char* fp8_format_name(Fp8Format format) {
+inline constexpr std::string_view to_string(Fp8Format format) {
   return format == Fp8Format::kE4M3 ? "e4m3" : "e5m2";
 }
 // The largest finite value: 448 (E4M3), 57344 (E5M2).

@@ -44,6 +44,6 @@ inline constexpr std::string_view kOpNames[] = {
 };
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == kNumOps);
 
-constexpr std::string_view op_name(OpId op) { return kOpNames[static_cast<int>(op)]; }
+constexpr std::string_view to_string(OpId op) { return kOpNames[static_cast<int>(op)]; }
 
 }  // namespace mixtrain

@@ -27,9 +27,9 @@ void Fp8Recipe::validate() const {
            "fp8 recipe: unknown amax_compute ", static_cast<int>(amax_compute));
 }
 
-const char* to_string(Fp8Recipe::Format format) { return format == Fp8Recipe::Format::kHybrid ? "hybrid" : "e4m3"; }
+std::string_view to_string(Fp8Recipe::Format format) { return format == Fp8Recipe::Format::kHybrid ? "hybrid" : "e4m3"; }
 
-const char* to_string(Fp8Recipe::AmaxCompute compute) {
+std::string_view to_string(Fp8Recipe::AmaxCompute compute) {
   return compute == Fp8Recipe::AmaxCompute::kMax ? "max" : "most_recent";
 }
 

@@ -89,7 +89,7 @@ struct Table {
     for (int i = 0; i < kNumOps; ++i) {
       for (int d = 0; d < kNumDeviceTypes; ++d)
         defaults[d].push_back(builtin_rule(static_cast<OpId>(i), static_cast<DeviceType>(d)));
-      names.emplace_back(op_name(static_cast<OpId>(i)));
+      names.emplace_back(to_string(static_cast<OpId>(i)));
       by_name[names.back()] = i;
     }
     for (int d = 0; d < kNumDeviceTypes; ++d) global[d].resize(names.size());
@@ -108,7 +108,7 @@ void check_id(const Table& t, PolicyId op) {
 
 }  // namespace
 
-std::string_view policy_name(CastPolicy p) {
+std::string_view to_string(CastPolicy p) {
   switch (p) {
     case CastPolicy::kInputDtype: return "input_dtype";
     case CastPolicy::kLowerPrecision: return "lower_precision";
@@ -228,9 +228,9 @@ std::string ExplainGuard::report() const {
     std::string op = r.op, ins = in.str();
     op.resize(std::max<size_t>(op.size(), 32), ' ');
     ins.resize(std::max<size_t>(ins.size(), 26), ' ');
-    std::string chosen(name(r.chosen));
+    std::string chosen(to_string(r.chosen));
     chosen.resize(std::max<size_t>(chosen.size(), 10), ' ');
-    os << op << ins << "-> " << chosen << policy_name(r.policy) << " (" << r.source << ")\n";
+    os << op << ins << "-> " << chosen << to_string(r.policy) << " (" << r.source << ")\n";
   }
   return os.str();
 }

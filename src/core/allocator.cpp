@@ -50,7 +50,7 @@ namespace {
 std::string missing_backend_reason(DeviceType type) {
   const BuiltinBackend* builtin = builtin_backend_of(type);
   if (builtin != nullptr && builtin->backend == nullptr) return builtin->descriptor->absent_reason;
-  return std::string("no backend for ") + device_type_name(type) + " is registered";
+  return detail::concat("no backend for ", to_string(type), " is registered");
 }
 }  // namespace
 
@@ -72,7 +72,7 @@ std::string device_unavailable_reason(DeviceType type) {
   return b->device_count() > 0 ? std::string() : b->unavailable_reason();
 }
 
-const char* device_type_name(DeviceType t) {
+std::string_view to_string(DeviceType t) {
   if (const BuiltinBackend* builtin = builtin_backend_of(t); builtin != nullptr) return builtin->descriptor->name;
   if (t == kPrivateUse1) {
     Backend* b = backends[static_cast<int>(t)].load(std::memory_order_acquire);

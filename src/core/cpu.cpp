@@ -137,7 +137,7 @@ int cap_state() {
 
 }  // namespace
 
-const char* name(Isa isa) {
+std::string_view to_string(Isa isa) {
   switch (isa) {
     case Isa::kGeneric: return "generic";
     case Isa::kAvx2: return "avx2";
@@ -151,7 +151,7 @@ const char* name(Isa isa) {
 std::optional<Isa> parse_isa(std::string_view text, std::string_view source) {
   if (text == "native") return std::nullopt;
   for (Isa isa : kAllIsas)
-    if (text == name(isa)) return isa;
+    if (text == to_string(isa)) return isa;
   MT_FAIL(source, "=", detail::quote_untrusted(text),
           " is not an instruction-set level; accepted values: generic, avx2, avx512, avx512_bf16, amx, native"
           " (native: no cap)");
@@ -206,11 +206,11 @@ Isa set_max_isa(Isa cap) {
 }
 
 std::string describe() {
-  std::string s = cpu_name() + ": " + name(isa()) + " (detected " + name(detected_isa());
+  std::string s = detail::concat(cpu_name(), ": ", to_string(isa()), " (detected ", to_string(detected_isa()));
   if (max_isa() < detected_isa()) {
     s += ", capped by ";
-    s += g_cap_source.load() == CapSource::kEnvironment ? std::string(kEnvVar) + "=" + name(max_isa())
-                                                        : std::string("set_max_isa(") + name(max_isa()) + ")";
+    s += g_cap_source.load() == CapSource::kEnvironment ? detail::concat(kEnvVar, "=", to_string(max_isa()))
+                                                        : detail::concat("set_max_isa(", to_string(max_isa()), ")");
   }
   return s + ")";
 }

@@ -125,14 +125,14 @@ const Kernels& usable_kernels(HalfImpl impl, HalfConversion conv) {
   static const Kernels table[] = {kernels_of(HalfImpl::kScalar), kernels_of(HalfImpl::kF16C),
                                   kernels_of(HalfImpl::kAvx2), kernels_of(HalfImpl::kAvx512),
                                   kernels_of(HalfImpl::kAvx512Bf16)};
-  MT_INTERNAL_ASSERT(cpu_supports(impl) && implements(impl, conv), "half conversion implementation ", name(impl),
-                     " cannot run ", name(conv), " at ISA level ", cpu::name(cpu::isa()));
+  MT_INTERNAL_ASSERT(cpu_supports(impl) && implements(impl, conv), "half conversion implementation ", to_string(impl),
+                     " cannot run ", to_string(conv), " at ISA level ", cpu::to_string(cpu::isa()));
   return table[static_cast<int>(impl)];
 }
 
 }  // namespace
 
-const char* name(HalfImpl impl) {
+std::string_view to_string(HalfImpl impl) {
   switch (impl) {
     case HalfImpl::kScalar: return "scalar";
     case HalfImpl::kF16C: return "f16c";
@@ -143,7 +143,7 @@ const char* name(HalfImpl impl) {
   return "?";
 }
 
-const char* name(HalfConversion conv) {
+std::string_view to_string(HalfConversion conv) {
   switch (conv) {
     case HalfConversion::kFp32ToFp16: return "fp32->fp16";
     case HalfConversion::kFp16ToFp32: return "fp16->fp32";

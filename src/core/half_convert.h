@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/isa_target.h"
+#include <string_view>
 #include <cstdint>
 #include <vector>
 
@@ -32,8 +33,8 @@ enum class HalfConversion : uint8_t { kFp32ToFp16, kFp16ToFp32, kFp32ToBf16, kBf
 inline constexpr HalfConversion kAllHalfConversions[] = {HalfConversion::kFp32ToFp16, HalfConversion::kFp16ToFp32,
                                                          HalfConversion::kFp32ToBf16, HalfConversion::kBf16ToFp32};
 
-const char* name(HalfImpl impl);
-const char* name(HalfConversion conv);
+std::string_view to_string(HalfImpl impl);
+std::string_view to_string(HalfConversion conv);
 
 // True when `impl` was compiled in and may run at cpu::isa() (the CPU's level under the cap).
 bool cpu_supports(HalfImpl impl);

@@ -1,7 +1,7 @@
 // src/core/philox.h (internal): the Philox-4x32-10 counter-based generator's block function, written
 // once for every lane type: one 32-bit lane on the host and in CUDA kernels (random::philox,
 // src/backends/cuda/kernels/philox.cuh), eight AVX2 lanes in the optimizer's stochastic rounding
-// (src/backends/cpu/kernels/optim_kernels.cpp), which must give the same bits.
+// (src/backends/cpu/kernels/adam.cpp), which must give the same bits.
 //
 // A block is (counter = {block low, block high, stream, 0}, key = seed) -> four 32-bit words after
 // ten rounds. A lane type L provides `V` and, by reference (a vector passed by value between
@@ -27,11 +27,13 @@ inline constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;  // 
 inline constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;  // key increments (Weyl)
 inline constexpr int kPhiloxRounds = 10;
 
-// The ten rounds on counter words c0..c3 with key words k0, k1 (taken by value: the schedule
-// advances a copy).
+// The ten rounds on counter words c0..c3 with key words key0, key1 (the schedule advances copies;
+// the keys come by reference too, as clang rejects a vector argument by value into a function that
+// carries no vector ISA, even one always inlined).
 template <typename L>
 MT_PHILOX_INLINE void philox_rounds(typename L::V& c0, typename L::V& c1, typename L::V& c2, typename L::V& c3,
-                                    typename L::V k0, typename L::V k1) {
+                                    const typename L::V& key0, const typename L::V& key1) {
+  typename L::V k0 = key0, k1 = key1;
   for (int round = 0; round < kPhiloxRounds; ++round) {
     typename L::V lo0, hi0, lo1, hi1;
     L::mullo(lo0, c0, kPhiloxM0);

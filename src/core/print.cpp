@@ -10,9 +10,9 @@
 
 namespace mixtrain {
 
-std::ostream& operator<<(std::ostream& os, DType t) { return os << name(t); }
+std::ostream& operator<<(std::ostream& os, DType t) { return os << to_string(t); }
 
-std::ostream& operator<<(std::ostream& os, DeviceType t) { return os << device_type_name(t); }
+std::ostream& operator<<(std::ostream& os, DeviceType t) { return os << to_string(t); }
 
 std::ostream& operator<<(std::ostream& os, Device d) {
   os << d.type;

@@ -204,7 +204,7 @@ std::string read_whole_file(const std::string& path, int64_t max_bytes) {
   return text;
 }
 
-const char* part_name(TextPart p) {
+std::string_view to_string(TextPart p) {
   switch (p) {
     case TextPart::kAll: return "whole text";
     case TextPart::kTrain: return "train part";
@@ -240,7 +240,7 @@ TextDataset::TextDataset(std::string text, std::string name, int64_t context, Te
     begin_ = options.part == TextPart::kTrain ? 0 : split_at;
     end_ = options.part == TextPart::kTrain ? split_at : n;
   }
-  MT_CHECK(end_ - begin_ >= context + 1, "TextDataset: the ", part_name(options.part), " of '", name, "' has ",
+  MT_CHECK(end_ - begin_ >= context + 1, "TextDataset: the ", to_string(options.part), " of '", name, "' has ",
            end_ - begin_, " bytes; a context of ", context, " needs at least ", context + 1,
            " (one window of context bytes plus the next byte as its target)");
 }

@@ -13,7 +13,7 @@
 
 namespace mixtrain::dist {
 
-const char* to_string(ReduceOp op) {
+std::string_view to_string(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return "sum";
     case ReduceOp::kAvg: return "avg";

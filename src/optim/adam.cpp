@@ -27,7 +27,7 @@ void check_options(const AdamOptions& o, const char* name, size_t group) {
 
 }  // namespace
 
-const char* to_string(Bf16Update mode) {
+std::string_view to_string(Bf16Update mode) {
   switch (mode) {
     case Bf16Update::kNearest: return "nearest";
     case Bf16Update::kStochastic: return "stochastic";

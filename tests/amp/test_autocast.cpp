@@ -386,7 +386,7 @@ TEST(AutocastPolicy, EachDeviceTypeHasItsOwnTable) {
     const mt::amp::Rule cpu = Policy::default_rule(mt::amp::policy_id(op), mt::kCPU);
     const mt::amp::Rule cuda = Policy::default_rule(mt::amp::policy_id(op), mt::kCUDA);
     const mt::amp::Rule other = Policy::default_rule(mt::amp::policy_id(op), mt::kPrivateUse1);
-    EXPECT_EQ(other.policy, cpu.policy) << mt::op_name(op) << ": an out-of-tree device starts from the CPU table";
+    EXPECT_EQ(other.policy, cpu.policy) << mt::to_string(op) << ": an out-of-tree device starts from the CPU table";
     differing += cuda.policy != cpu.policy || cuda.refuse_always != cpu.refuse_always;
   }
   EXPECT_EQ(differing, 2);

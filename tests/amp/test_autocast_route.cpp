@@ -71,7 +71,7 @@ TEST(RoundThrough, GivesTheBitsOfTheTwoCastsAtEveryIsa) {
     if (level > cpu::isa()) continue;
     cpu::MaxIsaGuard cap(level);
     for (DType p : {kBFloat16, kFloat16}) {
-      const std::string what = std::string(cpu::name(level)) + " " + std::string(name(p));
+      const std::string what = std::string(cpu::to_string(level)) + " " + std::string(to_string(p));
       const Tensor want = x.to(p).to(kFloat32);
       expect_same_bits(ops::round_through(x, p), want, what);
       // In place, as the kernel allows.
@@ -90,7 +90,7 @@ TEST(RoundThrough, GradientIsRoundedThroughTheSamePrecision) {
     Tensor x = hard_values(300).narrow(0, 20, 280).clone().requires_grad_();
     const Tensor g = hard_values(400).narrow(0, 100, 280).clone();
     ops::round_through(x, p).backward(g);
-    expect_same_bits(x.grad(), g.to(p).to(kFloat32), std::string(name(p)));
+    expect_same_bits(x.grad(), g.to(p).to(kFloat32), std::string(to_string(p)));
   }
 }
 
@@ -154,11 +154,11 @@ LayerRun run_layer(bool gelu_first, DType dt, bool autocast, bool bias) {
 TEST(AutocastRoute, LinearLayersRoundTheirParametersAndKeepTheCastsBits) {
   Fp32Route route;
   for (DType dt : {kBFloat16, kFloat16}) {
-    ASSERT_TRUE(kernels::uses_fp32_route(test_device(), dt)) << name(dt);
+    ASSERT_TRUE(kernels::uses_fp32_route(test_device(), dt)) << to_string(dt);
     for (bool gelu_first : {false, true}) {
       for (bool bias : {true, false}) {
         const std::string what =
-            std::string(name(dt)) + std::string(gelu_first ? " gelu_linear" : " linear") + (bias ? " with bias" : "");
+            std::string(to_string(dt)) + std::string(gelu_first ? " gelu_linear" : " linear") + (bias ? " with bias" : "");
         const LayerRun got = run_layer(gelu_first, dt, true, bias);
         const LayerRun want = run_layer(gelu_first, dt, false, bias);
         EXPECT_EQ(got.rounded, bias ? 2 : 1) << what << ": the parameters were not rounded in fp32";

@@ -105,7 +105,7 @@ TEST(Fp8Kernels, QuantizeIsTheScalarTrainingCastOfEverySourceDtype) {
     const std::vector<float> widened = src.to(mt::kFloat32).to_vector<float>();
     for (Fp8Format format : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
       for (float scale : {1.0f, 3.7f, 0x1p20f}) {
-        SCOPED_TRACE(testing::Message() << dtype << " " << mt::fp8_format_name(format) << " scale " << scale);
+        SCOPED_TRACE(testing::Message() << dtype << " " << mt::to_string(format) << " scale " << scale);
         for (int threads : {1, 2}) {
           mt::set_num_threads(threads);
           Tensor q = codes_like(src);

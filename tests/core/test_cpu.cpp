@@ -22,13 +22,13 @@ using detail::HalfImpl;
 
 TEST(CpuIsa, NamesParseBack) {
   for (Isa level : cpu::kAllIsas) {
-    SCOPED_TRACE(cpu::name(level));
-    const std::optional<Isa> parsed = cpu::parse_isa(cpu::name(level), "test");
+    SCOPED_TRACE(cpu::to_string(level));
+    const std::optional<Isa> parsed = cpu::parse_isa(cpu::to_string(level), "test");
     ASSERT_TRUE(parsed.has_value());
     EXPECT_EQ(*parsed, level);
   }
   EXPECT_EQ(cpu::parse_isa("native", "test"), std::nullopt);
-  EXPECT_STREQ(cpu::name(Isa::kAvx512Bf16), "avx512_bf16");
+  EXPECT_EQ(cpu::to_string(Isa::kAvx512Bf16), "avx512_bf16");
 }
 
 TEST(CpuIsa, InvalidNamesNameTheSourceAndTheAcceptedValues) {
@@ -93,15 +93,15 @@ TEST(CpuIsa, CapLowersTheConverterChoice) {
   // Generic: every conversion runs the scalar code. Each level up may only use kernels of its level.
   for (Isa level : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
     if (level > cpu::isa()) break;
-    SCOPED_TRACE(cpu::name(level));
+    SCOPED_TRACE(cpu::to_string(level));
     cpu::MaxIsaGuard cap(level);
     for (HalfConversion c : detail::kAllHalfConversions) {
       const HalfImpl impl = detail::selected_half_impl(c);
-      if (level == Isa::kGeneric) EXPECT_EQ(impl, HalfImpl::kScalar) << detail::name(c);
-      if (level < Isa::kAvx512) EXPECT_NE(impl, HalfImpl::kAvx512) << detail::name(c);
-      if (level < Isa::kAvx512Bf16) EXPECT_NE(impl, HalfImpl::kAvx512Bf16) << detail::name(c);
+      if (level == Isa::kGeneric) EXPECT_EQ(impl, HalfImpl::kScalar) << detail::to_string(c);
+      if (level < Isa::kAvx512) EXPECT_NE(impl, HalfImpl::kAvx512) << detail::to_string(c);
+      if (level < Isa::kAvx512Bf16) EXPECT_NE(impl, HalfImpl::kAvx512Bf16) << detail::to_string(c);
       for (HalfImpl usable : detail::supported_half_impls(c))
-        EXPECT_TRUE(detail::cpu_supports(usable)) << detail::name(usable);
+        EXPECT_TRUE(detail::cpu_supports(usable)) << detail::to_string(usable);
     }
     // And the result stays exact: 1/3 rounds to the same bits at every level.
     float src[20], back[20];

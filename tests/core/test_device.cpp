@@ -30,7 +30,7 @@ TEST(Device, ToAndBackKeepsEveryBitOfEveryDtype) {
   const mt::Device dev = mt::testing::checked_device();
   for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16, mt::kFloat64, mt::kInt32, mt::kInt64, mt::kUInt8,
                        mt::kBool}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     mt::Generator g(7);
     const mt::Tensor x = mt::randint(0, 2, {3, 5}, {.dtype = dt, .device = kHost}, &g);
     const mt::Tensor moved = x.to(dev);
@@ -106,7 +106,7 @@ TEST(Device, AbsentDevicesAndDoubleRegistrationsAreRefused) {
                   "already registered", "checked");
   EXPECT_MT_ERROR(mt::register_backend(mt::kCPU, &mt::backend_for(kHost)), "built in");
   EXPECT_MT_ERROR(mt::kernels::register_kernels(mt::kCPU, [](mt::kernels::Registry&) {}), "built in");
-  EXPECT_STREQ(mt::device_type_name(mt::kChecked), "checked");
+  EXPECT_EQ(mt::to_string(mt::kChecked), "checked");
 }
 
 TEST(Device, EveryTableHasTheSameKernelsOnTheCheckedDeviceAsOnTheCpu) {

@@ -14,7 +14,7 @@ constexpr mt::DType kAll[] = {mt::kFloat32, mt::kFloat16, mt::kBFloat16, mt::kFl
 
 TEST(DType, TableIsIndexedByDType) {
   ASSERT_EQ(std::size(kAll), static_cast<size_t>(mt::kNumDTypes));
-  for (mt::DType t : kAll) EXPECT_EQ(mt::info(t).dtype, t) << mt::name(t);
+  for (mt::DType t : kAll) EXPECT_EQ(mt::info(t).dtype, t) << mt::to_string(t);
 }
 
 TEST(DType, SizesNamesAndKinds) {
@@ -34,7 +34,7 @@ TEST(DType, SizesNamesAndKinds) {
   for (const Row& r : rows) {
     SCOPED_TRACE(r.name);
     EXPECT_EQ(mt::element_size(r.t), r.size);
-    EXPECT_EQ(mt::name(r.t), r.name);
+    EXPECT_EQ(mt::to_string(r.t), r.name);
     EXPECT_EQ(mt::info(r.t).safetensors, r.safetensors);
     EXPECT_EQ(mt::is_floating(r.t), r.floating);
     std::ostringstream os;

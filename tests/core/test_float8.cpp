@@ -56,7 +56,7 @@ constexpr Format kE4M3FN{"e4m3fn", 3, 4, true, 0x7f, 0x7f};
 constexpr Format kE5M2{"e5m2", 2, 5, false, 0x7e, 0x7c};
 
 enum class Overflow { kNonSaturating, kSaturating };
-const char* name(Overflow o) { return o == Overflow::kSaturating ? "saturating" : "non-saturating"; }
+const char* to_string(Overflow o) { return o == Overflow::kSaturating ? "saturating" : "non-saturating"; }
 
 // The value of a pattern's fields as if every pattern were an ordinary number (so the NaN / inf codes
 // give the values the binade would continue with: 480 for e4m3fn 0x7f, 2^16 for e5m2 0x7c).
@@ -151,11 +151,11 @@ void check_against_reference(const std::vector<float>& inputs) {
         const uint8_t got = encode(x, *f, o);
         const uint8_t want = ref_encode(x, *f, o);
         if (got != want && failures++ < 10) {
-          ADD_FAILURE() << f->name << " " << name(o) << ": " << hex(bits_of(x)) << " (" << x << ") -> " << hex(got)
+          ADD_FAILURE() << f->name << " " << to_string(o) << ": " << hex(bits_of(x)) << " (" << x << ") -> " << hex(got)
                         << ", reference " << hex(want);
         }
       }
-      EXPECT_EQ(failures, 0) << f->name << " " << name(o);
+      EXPECT_EQ(failures, 0) << f->name << " " << to_string(o);
     }
   }
 }
@@ -337,7 +337,7 @@ TEST(Float8Encode, EveryValueRoundTrips) {
         uint8_t want = b;
         if (ref_is_nan(b, *f)) want = static_cast<uint8_t>(sign | f->nan_code);
         if (ref_is_inf(b, *f) && o == Overflow::kSaturating) want = static_cast<uint8_t>(sign | f->max_code());
-        EXPECT_EQ(encode(decode(b, *f), *f, o), want) << f->name << " " << name(o) << " " << hex(b);
+        EXPECT_EQ(encode(decode(b, *f), *f, o), want) << f->name << " " << to_string(o) << " " << hex(b);
       }
     }
   }
@@ -355,7 +355,7 @@ TEST(Float8Encode, EveryMidpointTiesToEven) {
           const auto w = static_cast<uint8_t>(s > 0 ? want : want | 0x80u);
           const uint8_t got = encode(s * x, *f, o);
           if (got != w && failures++ < 10) {
-            ADD_FAILURE() << f->name << " " << name(o) << ": " << hex(bits_of(s * x)) << " (" << s * x << ") -> "
+            ADD_FAILURE() << f->name << " " << to_string(o) << ": " << hex(bits_of(s * x)) << " (" << s * x << ") -> "
                           << hex(got) << ", want " << hex(w);
           }
         }
@@ -378,7 +378,7 @@ TEST(Float8Encode, EveryMidpointTiesToEven) {
       check(top, f->max_code() % 2 == 0 ? f->max_code() : over);
       check(std::nextafter(top, 0.0f), f->max_code());
       check(std::nextafter(top, kInf), over);
-      EXPECT_EQ(failures, 0) << f->name << " " << name(o);
+      EXPECT_EQ(failures, 0) << f->name << " " << to_string(o);
     }
   }
 }

@@ -451,7 +451,7 @@ const Format& format_of(HalfConversion c) {
 
 std::string impl_list(HalfConversion c) {
   std::string s;
-  for (HalfImpl i : mt::detail::supported_half_impls(c)) s += std::string(s.empty() ? "" : ", ") + name(i);
+  for (HalfImpl i : mt::detail::supported_half_impls(c)) s += std::string(s.empty() ? "" : ", ") + std::string(to_string(i));
   return s;
 }
 
@@ -471,7 +471,7 @@ std::vector<uint16_t> narrow_with(HalfImpl impl, HalfConversion c, const float* 
   } else {
     mt::detail::convert_fp32_to_bf16_using(impl, src, reinterpret_cast<bfloat16*>(out.data()), n);
   }
-  EXPECT_EQ(out.back(), 0xdead) << name(impl) << " wrote past the end (n = " << n << ")";
+  EXPECT_EQ(out.back(), 0xdead) << to_string(impl) << " wrote past the end (n = " << n << ")";
   out.pop_back();
   return out;
 }
@@ -483,7 +483,7 @@ std::vector<uint32_t> widen_with(HalfImpl impl, HalfConversion c, const uint16_t
   } else {
     mt::detail::convert_bf16_to_fp32_using(impl, reinterpret_cast<const bfloat16*>(src), out.data(), n);
   }
-  EXPECT_EQ(bits_of(out.back()), 0xdeadbeefu) << name(impl) << " wrote past the end (n = " << n << ")";
+  EXPECT_EQ(bits_of(out.back()), 0xdeadbeefu) << to_string(impl) << " wrote past the end (n = " << n << ")";
   std::vector<uint32_t> b(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) b[static_cast<size_t>(i)] = bits_of(out[static_cast<size_t>(i)]);
   return b;
@@ -491,11 +491,11 @@ std::vector<uint32_t> widen_with(HalfImpl impl, HalfConversion c, const uint16_t
 
 // Returns the number of mismatches, reporting the first few.
 template <typename In, typename Out>
-int compare(const char* what, HalfImpl impl, const In* in, const std::vector<Out>& got, const std::vector<Out>& want) {
+int compare(std::string_view what, HalfImpl impl, const In* in, const std::vector<Out>& got, const std::vector<Out>& want) {
   int failures = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     if (got[i] != want[i] && failures++ < 5) {
-      ADD_FAILURE() << what << " " << name(impl) << " [" << i << "/" << want.size() << "] input "
+      ADD_FAILURE() << what << " " << to_string(impl) << " [" << i << "/" << want.size() << "] input "
                     << hex(static_cast<uint32_t>(
                            std::bit_cast<std::conditional_t<sizeof(In) == 4, uint32_t, uint16_t>>(in[i])))
                     << ": got " << hex(got[i]) << ", scalar " << hex(want[i]);
@@ -514,7 +514,7 @@ void check_narrow_matches_scalar(HalfConversion c, const std::vector<float>& dat
         const float* src = data.data() + offset;
         const auto want = narrow_with(HalfImpl::kScalar, c, src, n);
         const auto got = narrow_with(impl, c, src, n);
-        ASSERT_EQ(compare(name(c), impl, src, got, want), 0) << "n = " << n << ", offset = " << offset;
+        ASSERT_EQ(compare(to_string(c), impl, src, got, want), 0) << "n = " << n << ", offset = " << offset;
       }
     }
   }
@@ -562,9 +562,9 @@ TEST(HalfSimd, ReportsImplementations) {
     ASSERT_FALSE(impls.empty());
     EXPECT_EQ(impls.front(), HalfImpl::kScalar);
     // Dispatch takes the most preferred usable implementation.
-    EXPECT_EQ(mt::detail::selected_half_impl(c), impls.back()) << name(c);
-    std::cout << "[ half     ] " << name(c) << ": supported {" << impl_list(c) << "}, selected "
-              << name(mt::detail::selected_half_impl(c)) << "\n";
+    EXPECT_EQ(mt::detail::selected_half_impl(c), impls.back()) << to_string(c);
+    std::cout << "[ half     ] " << to_string(c) << ": supported {" << impl_list(c) << "}, selected "
+              << to_string(mt::detail::selected_half_impl(c)) << "\n";
   }
   EXPECT_TRUE(mt::detail::cpu_supports(HalfImpl::kScalar));
   EXPECT_TRUE(mt::detail::implements(HalfImpl::kAvx512Bf16, HalfConversion::kFp32ToBf16) == MT_X86_TARGETS);
@@ -600,7 +600,7 @@ TEST(HalfSimd, NarrowEveryFp32DenormalMatchesScalar) {
           for (uint32_t i = 0; i < kChunk; ++i) data[i] = float_of(sign | (start + i));
           const auto want = narrow_with(HalfImpl::kScalar, c, data.data(), kChunk);
           const auto got = narrow_with(impl, c, data.data(), kChunk);
-          ASSERT_EQ(compare(name(c), impl, data.data(), got, want), 0);
+          ASSERT_EQ(compare(to_string(c), impl, data.data(), got, want), 0);
         }
       }
     }
@@ -615,11 +615,11 @@ TEST(HalfSimd, WidenEveryPatternMatchesScalar) {
   for (HalfConversion c : {HalfConversion::kFp16ToFp32, HalfConversion::kBf16ToFp32}) {
     for (HalfImpl impl : simd_impls(c)) {
       const auto want = widen_with(HalfImpl::kScalar, c, patterns.data(), 65536);
-      ASSERT_EQ(compare(name(c), impl, patterns.data(), widen_with(impl, c, patterns.data(), 65536), want), 0);
+      ASSERT_EQ(compare(to_string(c), impl, patterns.data(), widen_with(impl, c, patterns.data(), 65536), want), 0);
       for (int64_t n : kLengths) {
         for (int64_t offset : {0, 1}) {
           const uint16_t* src = all.data() + offset;
-          ASSERT_EQ(compare(name(c), impl, src, widen_with(impl, c, src, n), widen_with(HalfImpl::kScalar, c, src, n)),
+          ASSERT_EQ(compare(to_string(c), impl, src, widen_with(impl, c, src, n), widen_with(HalfImpl::kScalar, c, src, n)),
                     0)
               << "n = " << n << ", offset = " << offset;
         }
@@ -664,9 +664,9 @@ TEST(HalfSimd, ResultsIgnoreMxcsr) {
         }
       }
       if (narrowing) {
-        EXPECT_EQ(compare(name(c), impl, narrow_in.data(), got16, want16), 0);
+        EXPECT_EQ(compare(to_string(c), impl, narrow_in.data(), got16, want16), 0);
       } else {
-        EXPECT_EQ(compare(name(c), impl, widen_in.data(), got32, want32), 0);
+        EXPECT_EQ(compare(to_string(c), impl, widen_in.data(), got32, want32), 0);
       }
     }
   }
@@ -761,7 +761,7 @@ TEST(HalfExhaustive, DISABLED_EveryFp32Pattern) {
         }
         for (HalfImpl impl : simd_impls(c)) {
           if (narrow_with(impl, c, in.data(), kChunk) != want && failures++ < 10) {
-            ADD_FAILURE() << name(c) << " " << name(impl) << " differs in chunk " << hex(static_cast<uint32_t>(start));
+            ADD_FAILURE() << to_string(c) << " " << to_string(impl) << " differs in chunk " << hex(static_cast<uint32_t>(start));
           }
         }
       }

@@ -91,7 +91,7 @@ TEST(Random, IndependentOfTheThreadCount) {
 TEST(Random, UniformIsInZeroOneForEveryFloatDType) {
   const int64_t n = 1'000'000;
   for (mt::DType dt : {mt::kFloat32, mt::kFloat64, mt::kBFloat16, mt::kFloat16}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     mt::Generator g(11);
     std::vector<double> v = mt::rand({n}, {.dtype = dt}, &g).to_vector<double>();
     double lo = 1, hi = 0, sum = 0;
@@ -121,7 +121,7 @@ TEST(Random, UniformIsInZeroOneForEveryFloatDType) {
 TEST(Random, NormalMomentsWithinStatisticalBounds) {
   const int64_t n = 1'000'000;
   for (mt::DType dt : {mt::kFloat32, mt::kFloat64, mt::kBFloat16}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     mt::Generator g(99);
     std::vector<double> v = mt::randn({n}, {.dtype = dt}, &g).to_vector<double>();
     double sum = 0, sq = 0;

@@ -320,7 +320,7 @@ TEST(Tensor, PrintingShowsValuesShapeAndDType) {
 
 TEST(Factory, ZerosOnesFull) {
   for (mt::DType dt : kAllDTypes) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     mt::Tensor z = mt::zeros({2, 3}, {.dtype = dt});
     EXPECT_EQ(z.dtype(), dt);
     EXPECT_EQ(values(z), V(6, 0.0));

@@ -55,11 +55,11 @@ TEST(CudaCopy, EveryDtypeRoundTripsAndConvertsLikeTheCpu) {
   mt::Tensor x = mt::randn({4096}, {}, &g) * 1000.0;
   x = mt::cat({x, mt::randn({4096}, {}, &g) * 1e-6, mt::from_vector<float>({65520.f, 65519.f, 3.4e38f, -0.0f, 1e-45f})});
   for (mt::DType to : dtypes) {
-    SCOPED_TRACE(mt::name(to));
+    SCOPED_TRACE(mt::to_string(to));
     const mt::Tensor cpu = x.to(to);
     EXPECT_EQ(bytes_of(x.to(kGpu).to(to)), bytes_of(cpu)) << "fp32 -> dtype on the GPU";
     EXPECT_EQ(bytes_of(cpu.to(kGpu)), bytes_of(cpu)) << "host -> device -> host keeps every byte";
-    for (mt::DType back : dtypes) EXPECT_EQ(bytes_of(cpu.to(kGpu).to(back)), bytes_of(cpu.to(back))) << mt::name(back);
+    for (mt::DType back : dtypes) EXPECT_EQ(bytes_of(cpu.to(kGpu).to(back)), bytes_of(cpu.to(back))) << mt::to_string(back);
   }
   // Strided views are copied as their values.
   const mt::Tensor m = mt::randn({37, 53}, {}, &g);
@@ -69,7 +69,7 @@ TEST(CudaCopy, EveryDtypeRoundTripsAndConvertsLikeTheCpu) {
 TEST(CudaCopy, FillsAndRandomFillsDrawTheCpusValues) {
   MT_REQUIRE_GPU();
   for (mt::DType dt : {mt::kFloat32, mt::kFloat16, mt::kBFloat16, mt::kFloat64}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     EXPECT_EQ(bytes_of(mt::full({1000}, 0.1, {.dtype = dt, .device = kGpu})), bytes_of(mt::full({1000}, 0.1, {.dtype = dt})));
     mt::Generator a(42), b(42);
     // Uniform: the same Philox bits, the same arithmetic -> the same values.
@@ -88,7 +88,7 @@ TEST(CudaElementwise, UnaryForwardAndBackwardMatchTheCpu) {
   MT_REQUIRE_GPU();
   mt::Generator g(2);
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const mt::Tensor x = (mt::randn({3, 257}, {}, &g) * 3.0).to(dt);
     const mt::Tensor pos = (mt::rand({3, 257}, {}, &g) + 0.1).to(dt);
     const auto tol = mt::testing::cuda_vs_cpu(dt);
@@ -128,7 +128,7 @@ TEST(CudaElementwise, BinaryWithBroadcastingIsExact) {
   MT_REQUIRE_GPU();
   mt::Generator g(3);
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16, mt::kFloat64}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const mt::Tensor a = mt::randn({4, 1, 33}, {}, &g).to(dt), b = (mt::rand({5, 1}, {}, &g) + 0.5).to(dt);
     const mt::Tensor ag = a.to(kGpu), bg = b.to(kGpu);
     // One IEEE operation and one rounding on both devices: the same bits.
@@ -147,7 +147,7 @@ TEST(CudaReduce, SumMeanAmaxArgmaxMatchTheCpu) {
   MT_REQUIRE_GPU();
   mt::Generator g(4);
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const mt::Tensor x = mt::randn({6, 1000, 7}, {}, &g).to(dt);
     const mt::Tensor xg = x.to(kGpu);
     const auto tol = mt::testing::kCudaSumOrder;
@@ -170,7 +170,7 @@ TEST(CudaMatmul, EveryLayoutAndDtypeMatchesTheCpu) {
   MT_REQUIRE_GPU();
   mt::Generator g(5);
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16, mt::kFloat64}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const auto tol = mt::testing::cuda_gemm(dt);
     const mt::Tensor a = mt::randn({2, 3, 65, 130}, {}, &g).to(dt), b = mt::randn({1, 3, 130, 47}, {}, &g).to(dt);
     expect_close(mt::matmul(a.to(kGpu), b.to(kGpu)), mt::matmul(a, b), tol, "batched, broadcast");
@@ -235,7 +235,7 @@ TEST(CudaOptim, AdamStepGivesTheCpusBits) {
   for (mt::DType pd : {mt::kFloat32, mt::kBFloat16, mt::kFloat16}) {
     for (bool packed : {false, true}) {
       if (packed && pd != mt::kBFloat16) continue;
-      SCOPED_TRACE(std::string(mt::name(pd)) + (packed ? " packed master" : ""));
+      SCOPED_TRACE(std::string(mt::to_string(pd)) + (packed ? " packed master" : ""));
       const mt::Tensor p0 = mt::randn({3000}, {}, &g).to(pd), q0 = mt::randn({70, 3}, {}, &g).to(pd);
       std::vector<mt::Tensor> grads;
       for (int s = 0; s < 3; ++s) grads.push_back(mt::randn({3000}, {}, &g).to(pd) * 1e-2);

@@ -51,7 +51,7 @@ enum class Layout {
                 // no row starts 16-byte aligned, so the tensor-core kernels decline
 };
 
-const char* name(Layout l) {
+const char* to_string(Layout l) {
   switch (l) {
     case Layout::kPacked: return "packed qkv";
     case Layout::kSeparate: return "separate q, kv";
@@ -68,9 +68,9 @@ struct Case {
 };
 
 std::string case_name(const Case& c) {
-  return std::string(mt::name(c.dtype)) + " B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " T " +
+  return std::string(mt::to_string(c.dtype)) + " B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " T " +
          std::to_string(c.T) + " S " + std::to_string(c.S) + " D " + std::to_string(c.D) +
-         (c.causal ? " causal, " : " full, ") + name(c.layout);
+         (c.causal ? " causal, " : " full, ") + to_string(c.layout);
 }
 
 // Whether the tensor-core kernels take the case (attention_flash.h): 16-bit, D a multiple of 16 up to
@@ -321,7 +321,7 @@ TEST(CudaAttention, BackwardIsDeterministic) {
   MT_REQUIRE_GPU();
   // No atomics: gq, gk and gv of one (batch, head) are each summed by one block in a fixed order.
   for (mt::DType dt : {mt::kBFloat16, mt::kFloat16, mt::kFloat32}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const Case c{dt, 2, 4, 130, 130, 64, true, Layout::kPacked, 0.0};
     mt::Generator g(400);
     const HostInputs host = random_inputs(c, g);

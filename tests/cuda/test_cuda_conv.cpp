@@ -133,7 +133,7 @@ Results run_on(mt::Device device, const Case& c, const Inputs& in, const mt::Ten
 
 // Forward and backward of case c in dt on both devices, compared.
 void check_case(const Case& c, mt::DType dt, bool bias, uint64_t seed) {
-  SCOPED_TRACE(c.name + ", " + std::string(mt::name(dt)) + (bias ? ", with bias" : ", no bias"));
+  SCOPED_TRACE(c.name + ", " + std::string(mt::to_string(dt)) + (bias ? ", with bias" : ", no bias"));
   const Inputs in = make_inputs(c, dt, bias, seed);
   mt::Generator g(seed + 1000);
   const mt::Tensor gy = mt::randn(out_shape(c), {}, &g).to(dt);
@@ -174,7 +174,7 @@ TEST(CudaConv, PartialGradientsAndUnbatchedInputsMatchTheCpu) {
   MT_REQUIRE_CUDNN();
   const Case c = geometry_cases()[3];  // groups 2
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const Inputs in = make_inputs(c, dt, true, 300);
     for (int which = 0; which < 3; ++which) {
       auto run = [&](mt::Device d) {
@@ -205,7 +205,7 @@ TEST(CudaConv, SecondRunGivesTheSameBits) {
   MT_REQUIRE_CUDNN();
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16}) {
     for (const Case& c : cnn_cases(16)) {
-      SCOPED_TRACE(c.name + ", " + std::string(mt::name(dt)));
+      SCOPED_TRACE(c.name + ", " + std::string(mt::to_string(dt)));
       const Inputs in = make_inputs(c, dt, true, 400);
       mt::Generator g(401);
       const mt::Tensor gy = mt::randn(out_shape(c), {}, &g).to(dt);
@@ -269,7 +269,7 @@ TEST(CudaConv, OperandsThatStartMidVectorMatchTheCpu) {
 TEST(CudaConv, EmptyBatchGivesZeroGradients) {
   MT_REQUIRE_CUDNN();
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     mt::Tensor x = mt::zeros({0, 4, 6, 6}, {.dtype = dt, .device = kGpu}).requires_grad_(true);
     mt::Tensor w = mt::ones({8, 4, 3, 3}, {.dtype = dt, .device = kGpu}).requires_grad_(true);
     mt::Tensor b = mt::ones({8}, {.dtype = dt, .device = kGpu}).requires_grad_(true);

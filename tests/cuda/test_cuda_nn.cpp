@@ -33,7 +33,7 @@ using mt::testing::gpu::kHost;
 const mt::DType kFloatDTypes[] = {mt::kFloat32, mt::kBFloat16, mt::kFloat16, mt::kFloat64};
 const F::Reduction kReductions[] = {F::Reduction::kNone, F::Reduction::kMean, F::Reduction::kSum};
 
-std::string trace(mt::DType dt, const std::string& what) { return std::string(mt::name(dt)) + " " + what; }
+std::string trace(mt::DType dt, const std::string& what) { return std::string(mt::to_string(dt)) + " " + what; }
 
 using Fn = std::function<mt::Tensor(const std::vector<mt::Tensor>&)>;
 
@@ -163,7 +163,7 @@ TEST(CudaNn, LayerNormMatchesTheCpu) {
         const mt::Shape norm = c.normalized;
         const mt::Tensor x = (mt::randn(c.shape, {}, &g) * 2.0 + 0.5).to(dt);
         const mt::Tensor w = (mt::rand(norm, {}, &g) + 0.5).to(pdt), b = mt::randn(norm, {}, &g).to(pdt);
-        SCOPED_TRACE(trace(dt, "params " + std::string(mt::name(pdt)) + ", " + std::to_string(c.shape.numel())));
+        SCOPED_TRACE(trace(dt, "params " + std::string(mt::to_string(pdt)) + ", " + std::to_string(c.shape.numel())));
         const auto tol = mt::testing::cuda_vs_cpu_rounded(dt, mt::testing::kCudaSumOrder);
         const auto ptol = mt::testing::cuda_vs_cpu_rounded(pdt, mt::testing::kCudaSumOrder);
         const TwoRuns affine = run_on_both(
@@ -313,7 +313,7 @@ TEST(CudaLoss, CrossEntropyMatchesTheCpu) {
           for (double smoothing : {0.0, 0.1}) {
             SCOPED_TRACE(trace(dt, std::to_string(c.rows) + "x" + std::to_string(c.classes) + " reduction " +
                                        std::to_string(static_cast<int>(red)) + " smoothing " + std::to_string(smoothing) +
-                                       " target " + std::string(mt::name(tdt))));
+                                       " target " + std::string(mt::to_string(tdt))));
             const TwoRuns r = run_on_both(
                 [&](const std::vector<mt::Tensor>& in) {
                   return F::cross_entropy(in[0], target.to(in[0].device()), red, -100, smoothing);
@@ -428,7 +428,7 @@ TEST(CudaBatchNorm, TrainingAndEvalMatchTheCpu) {
         for (bool training : {true, false}) {
           for (bool affine : {true, false}) {
             SCOPED_TRACE(trace(dt, std::string(training ? "training" : "eval") + (affine ? ", affine " : ", no affine ") +
-                                       std::string(mt::name(pdt)) + ", " + std::to_string(shape.numel())));
+                                       std::string(mt::to_string(pdt)) + ", " + std::to_string(shape.numel())));
             mt::Tensor rm_cpu = rm0.clone(), rv_cpu = rv0.clone(), rm_gpu = rm0.to(kGpu), rv_gpu = rv0.to(kGpu);
             const TwoRuns r = run_on_both(
                 [&](const std::vector<mt::Tensor>& in) {

@@ -40,7 +40,7 @@ TEST(CudaSums, SumRowsGivesTheCpusBitsInEveryLayoutAndDtype) {
   for (int64_t rows : {int64_t{1}, int64_t{70}, int64_t{16384}}) {
     for (mt::DType dt : kFloating) {
       for (bool transposed : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << rows << " rows, " << mt::name(dt) << (transposed ? ", transposed" : ""));
+        SCOPED_TRACE(::testing::Message() << rows << " rows, " << mt::to_string(dt) << (transposed ? ", transposed" : ""));
         const mt::Tensor base = mt::randn(transposed ? mt::Shape{300, rows} : mt::Shape{rows, 300}, {}, &g).to(dt);
         const mt::Tensor x = transposed ? base.t() : base;
         auto run = [&](mt::Device d) {
@@ -59,7 +59,7 @@ TEST(CudaSums, SumRowsGivesTheCpusBitsInEveryLayoutAndDtype) {
         mt::kernels::sum_rows(x.to(d), out);
         return bytes_of(out);
       };
-      EXPECT_EQ(run(kGpu), run(kHost)) << mt::name(out_dt);
+      EXPECT_EQ(run(kGpu), run(kHost)) << mt::to_string(out_dt);
     }
   }
   // No rows: zeros.
@@ -72,7 +72,7 @@ TEST(CudaSums, BroadcastGradientsSumToTheCpusValues) {
   MT_REQUIRE_GPU();
   mt::Generator g(12);
   for (mt::DType dt : kFloating) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     // a [4, 1, 6, 5] @ b [3, 5, 7]: a's size-1 dim and b's missing dim are broadcast; the gradients
     // sum over them (sum_to_size).
     const mt::Tensor a = mt::randn({4, 1, 6, 5}, {}, &g).to(dt), b = mt::randn({3, 5, 7}, {}, &g).to(dt);
@@ -95,7 +95,7 @@ TEST(CudaMatmul, MisalignedViewsPickAnAlgorithmThatTakesThem) {
   MT_REQUIRE_GPU();
   mt::Generator g(20);
   for (mt::DType dt : {mt::kBFloat16, mt::kFloat16, mt::kFloat32}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const mt::Tensor a_big = mt::randn({64, 97}, {}, &g).to(dt), b_big = mt::randn({97, 65}, {}, &g).to(dt);
     const mt::Tensor a_gpu = a_big.to(kGpu), b_gpu = b_big.to(kGpu);
     for (int64_t offset : {int64_t{0}, int64_t{1}, int64_t{3}}) {
@@ -115,7 +115,7 @@ TEST(CudaIndex, EmbeddingAndIndexSelectForwardAndBackwardMatchTheCpu) {
   MT_REQUIRE_GPU();
   mt::Generator g(13);
   for (mt::DType dt : kFloating) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const mt::Tensor weight = mt::randn({50, 24}, {}, &g).to(dt);
     // Repeated indices: their gradients are summed (in index order on both devices).
     const mt::Tensor idx = mt::randint(0, 50, {6, 33}, {.dtype = mt::kInt64}, &g);
@@ -164,7 +164,7 @@ TEST(CudaElementwise, DivAndPowBackwardMatchTheCpu) {
   MT_REQUIRE_GPU();
   mt::Generator g(15);
   for (mt::DType dt : kFloating) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const mt::Tensor a = (mt::rand({257}, {}, &g) + 0.5).to(dt), b = (mt::rand({257}, {}, &g) + 0.5).to(dt);
     auto run = [&](mt::Device d) {
       mt::Tensor x = a.to(d).requires_grad_(), y = b.to(d).requires_grad_();
@@ -182,7 +182,7 @@ TEST(CudaElementwise, SelectionAndComparisonGiveTheCpusBits) {
   MT_REQUIRE_GPU();
   mt::Generator g(16);
   for (mt::DType dt : {mt::kFloat32, mt::kFloat64, mt::kFloat16, mt::kBFloat16, mt::kInt32, mt::kInt64, mt::kUInt8}) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const mt::Tensor a = mt::randint(0, 5, {7, 9}, {.dtype = dt}, &g), b = mt::randint(0, 5, {7, 9}, {.dtype = dt}, &g);
     const mt::Tensor cond = mt::gt(mt::randn({7, 9}, {}, &g), 0.0);
     const mt::Tensor ga = a.to(kGpu), gb = b.to(kGpu), gc = cond.to(kGpu);
@@ -200,7 +200,7 @@ TEST(CudaElementwise, VectorisedAndStridedPathsAgree) {
   MT_REQUIRE_GPU();
   mt::Generator g(17);
   for (mt::DType dt : kFloating) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     // 1027 elements: full 16-byte vectors and a tail in every dtype.
     const mt::Tensor a = mt::randn({1028}, {}, &g).to(dt), b = mt::randn({1028}, {}, &g).to(dt);
     const mt::Tensor ga = a.to(kGpu), gb = b.to(kGpu);
@@ -226,7 +226,7 @@ TEST(CudaElementwise, GeluForwardAndBackwardInOnePassMatchTheSeparateKernels) {
   MT_REQUIRE_GPU();
   mt::Generator g(19);
   for (mt::DType dt : kFloating) {
-    SCOPED_TRACE(mt::name(dt));
+    SCOPED_TRACE(mt::to_string(dt));
     const mt::Tensor x = (mt::randn({3, 333}, {}, &g) * 3.0).to(dt), gy = mt::randn({3, 333}, {}, &g).to(dt);
     const mt::Tensor gx_dev = x.to(kGpu), ggy = gy.to(kGpu);
     mt::Tensor y = mt::Tensor::empty(x.shape(), dt, kGpu), gin = ggy.clone();
@@ -246,7 +246,7 @@ TEST(CudaOptim, SgdStepGivesTheCpusBits) {
   mt::Generator g(18);
   for (mt::DType pd : {mt::kFloat32, mt::kBFloat16, mt::kFloat16}) {
     for (bool nesterov : {false, true}) {
-      SCOPED_TRACE(std::string(mt::name(pd)) + (nesterov ? " nesterov" : ""));
+      SCOPED_TRACE(std::string(mt::to_string(pd)) + (nesterov ? " nesterov" : ""));
       const mt::Tensor p0 = mt::randn({2000}, {}, &g).to(pd);
       std::vector<mt::Tensor> grads;
       for (int s = 0; s < 3; ++s) grads.push_back(mt::randn({2000}, {}, &g).to(pd));

@@ -77,7 +77,7 @@ TEST(Safetensors, RoundTripEveryDtypeBitExact) {
   mt::io::NamedTensors tensors;
   uint32_t salt = 1;
   for (mt::DType dt : all) {
-    const std::string n(mt::name(dt));
+    const std::string n(mt::to_string(dt));
     tensors.emplace_back(n + ".matrix", pattern({3, 5}, dt, salt++));
     tensors.emplace_back(n + ".scalar", pattern({}, dt, salt++));     // 0-dim: shape []
     tensors.emplace_back(n + ".empty", pattern({0, 4}, dt, salt++));  // no bytes

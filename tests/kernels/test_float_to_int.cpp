@@ -54,15 +54,15 @@ void expect_conversions(const mt::Tensor& src, const std::vector<long double>& e
   for (size_t i = 0; i < exact.size(); ++i) {
     const I want = expected_int<I>(exact[i]);
     if (got[i] != want && shown++ < 8)
-      ADD_FAILURE() << mt::name(src.dtype()) << " " << static_cast<double>(exact[i]) << " -> " << mt::name(to) << ": got "
+      ADD_FAILURE() << mt::to_string(src.dtype()) << " " << static_cast<double>(exact[i]) << " -> " << mt::to_string(to) << ": got "
                     << +got[i] << ", want " << +want;
   }
-  EXPECT_EQ(shown, 0) << "mismatches in " << mt::name(src.dtype()) << " -> " << mt::name(to);
+  EXPECT_EQ(shown, 0) << "mismatches in " << mt::to_string(src.dtype()) << " -> " << mt::to_string(to);
 }
 
 template <typename F>
 void check_source(mt::DType dtype, const std::vector<F>& host_values) {
-  SCOPED_TRACE(mt::name(dtype));
+  SCOPED_TRACE(mt::to_string(dtype));
   const mt::Device dev = mt::testing::test_device();
   const mt::Tensor src = mt::from_vector(host_values, {static_cast<int64_t>(host_values.size())}, {.dtype = mt::dtype_v<F>, .device = dev});
   std::vector<long double> exact;

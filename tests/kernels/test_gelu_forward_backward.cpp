@@ -72,7 +72,7 @@ TEST(GeluForwardBackward, BitIdenticalToTheSeparateKernels) {
         const Pair expected = separate(g, x);
         for (int threads : {1, 3}) {
           for (bool in_place : {false, true}) {
-            SCOPED_TRACE(::testing::Message() << name(dt) << " n " << n << " " << cpu::name(level) << " threads "
+            SCOPED_TRACE(::testing::Message() << to_string(dt) << " n " << n << " " << cpu::to_string(level) << " threads "
                                               << threads << (in_place ? " in place" : ""));
             const Pair got = with_threads(threads, [&] { return fused(g, x, in_place); });
             expect_same_values(got.y, expected.y);

@@ -158,7 +158,7 @@ TEST(OneDnn, NativeBf16IsAvailableExactlyFromAvx512Up) {
   cpu::MaxIsaGuard cap(cpu::Isa::kAvx2);
   const std::string capped = native_bf16_unavailable_reason();
   EXPECT_NE(capped.find("AVX-512"), std::string::npos) << capped;
-  EXPECT_NE(capped.find(cpu::name(cpu::isa())), std::string::npos) << capped;
+  EXPECT_NE(capped.find(cpu::to_string(cpu::isa())), std::string::npos) << capped;
 }
 
 TEST(OneDnn, PinnedNativeBf16RunsOrFailsWithAClearError) {

@@ -56,7 +56,7 @@ TEST(SumRows, EqualsBlockedRowOrderInEveryLayoutAndDtype) {
   // 600 columns: several 256-column blocks and a partial one; 70 rows: two row blocks.
   for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
     for (bool transposed : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << name(dt) << (transposed ? ", transposed" : ", row-major"));
+      SCOPED_TRACE(::testing::Message() << to_string(dt) << (transposed ? ", transposed" : ", row-major"));
       Tensor x = transposed ? uniform_input({600, 70}, dt, 3).t() : uniform_input({70, 600}, dt, 3);
       const Tensor expected = reference_sum_rows(x, dt);
       for (int threads : {1, 2, 3}) EXPECT_TRUE(bitwise_equal(run_sum_rows(x, dt, threads), expected)) << threads;
@@ -72,7 +72,7 @@ TEST(SumRows, BlocksDependOnTheRowCountAlone) {
   EXPECT_EQ(kernels::sum_rows_block(2048), 64);
   EXPECT_EQ(kernels::sum_rows_block(2101), 66);
   for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
-    SCOPED_TRACE(name(dt));
+    SCOPED_TRACE(to_string(dt));
     Tensor x = (uniform_input({2101, 260}, kFloat32, 9) * 300.0).to(dt).narrow(1, 3, 250);
     const Tensor expected = reference_sum_rows(x, dt);
     if (dt == kFloat32)  // (a 16-bit output's rounding, or fp64's precision, can hide the order)
@@ -97,7 +97,7 @@ TEST(SumRows, NoRowsGiveZeros) {
 
 TEST(SumRows, WidenedInputRoundedIntoSixteenBitsEqualsTheSixteenBitSum) {
   for (DType dt : {kBFloat16, kFloat16}) {
-    SCOPED_TRACE(name(dt));
+    SCOPED_TRACE(to_string(dt));
     // Large values too, so that the fp32 sum is not exact and the order of additions matters.
     Tensor x16 = (uniform_input({300, 520}, kFloat32, 8) * 300.0).to(dt);
     Tensor from32 = run_sum_rows(x16.to(kFloat32), dt, 2);

@@ -160,7 +160,7 @@ TEST(Attention, FusedMatchesUnfusedComposition) {
     for (bool causal : {false, true}) {
       for (cpu::Isa level : kernel_isa_levels()) {  // the AVX-512 tiles where they run, the plain loop always
         SCOPED_TRACE("T " + std::to_string(c.T) + " S " + std::to_string(c.S) + " D " + std::to_string(c.D) +
-                     (causal ? " causal " : " full ") + cpu::name(level));
+                     (causal ? " causal " : " full ") + std::string(cpu::to_string(level)));
         cpu::MaxIsaGuard cap(level);
         const std::vector<Tensor> in{randn32({2, 2, c.T, c.D}, 20), randn32({2, 2, c.S, c.D}, 21),
                                      randn32({2, 2, c.S, c.Dv}, 22)};
@@ -296,7 +296,7 @@ TEST(AttentionGemm, BandedProductsMatchTheLoop) {
         if ((band.k_hi != kOff && k > i + band.k_hi) || (band.k_lo != kOff && k < i + band.k_lo)) a[k * M + i] = 0;
     for (cpu::Isa level : kernel_isa_levels())
     for (bool accumulate : {false, true}) {
-      SCOPED_TRACE(std::string(cpu::name(level)) + (accumulate ? " C += A B" : " C = A B"));
+      SCOPED_TRACE(std::string(cpu::to_string(level)) + (accumulate ? " C += A B" : " C = A B"));
       std::vector<float> c(M * N, 7.0f);
       {
         cpu::MaxIsaGuard cap(level);
@@ -324,7 +324,7 @@ TEST(AttentionGemm, TransposeMovesEveryElementAtEveryLevel) {
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) + 0.5f;
     std::vector<double> ad(a.begin(), a.end());
     for (cpu::Isa level : kernel_isa_levels()) {
-      SCOPED_TRACE(std::string(cpu::name(level)) + " " + std::to_string(R) + " x " + std::to_string(C));
+      SCOPED_TRACE(std::string(cpu::to_string(level)) + " " + std::to_string(R) + " x " + std::to_string(C));
       std::vector<float> out(R * C, -1.0f);
       std::vector<double> outd(R * C, -1.0);
       {

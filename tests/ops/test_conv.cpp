@@ -119,7 +119,7 @@ TL conv_outputs_on_threads(const ConvCase& c, DType dtype, int threads) {
 
 void expect_same_bits_on_one_and_two_threads(const ConvCase& c) {
   for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
-    SCOPED_TRACE(name(dt));
+    SCOPED_TRACE(to_string(dt));
     const TL one = conv_outputs_on_threads(c, dt, 1), two = conv_outputs_on_threads(c, dt, 2);
     for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(one[i], two[i])) << "output " << i;
   }
@@ -170,7 +170,7 @@ TEST_P(ConvModes, NoReferenceKernelsForCommonShapes) {
   for (int i : {0, 1, 3, 5}) {
     const ConvCase& c = kCases[i];
     std::string impl = kernels::conv2d_impl_info(c.x, c.w, true, geometry(c.o), dt);
-    EXPECT_EQ(impl.find("ref"), std::string::npos) << c.name << " " << name(dt) << ": " << impl;
+    EXPECT_EQ(impl.find("ref"), std::string::npos) << c.name << " " << to_string(dt) << ": " << impl;
   }
 }
 

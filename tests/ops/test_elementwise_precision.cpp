@@ -58,7 +58,7 @@ std::vector<UnaryCase> unary_cases() {
 TEST(ElementwisePrecision, UnaryOps16BitMatchFp32) {
   for (const UnaryCase& c : unary_cases()) {
     for (mt::DType dt : mt::testing::kHalfDTypes) {
-      SCOPED_TRACE(std::string(c.name) + " " + std::string(mt::name(dt)));
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(mt::to_string(dt)));
       const mt::Tensor x32 = rounded(uniform({1000}, c.lo, c.hi, 11), dt);
       const mt::Tensor g32 = rounded(uniform({1000}, -2, 2, 12), dt);
       // Forward: one rounding of the fp32 result.
@@ -90,7 +90,7 @@ TEST(ElementwisePrecision, BinaryOps16BitMatchFp32) {
   };
   for (const auto& [name, f] : ops) {
     for (mt::DType dt : mt::testing::kHalfDTypes) {
-      SCOPED_TRACE(std::string(name) + " " + std::string(mt::name(dt)));
+      SCOPED_TRACE(std::string(name) + " " + std::string(mt::to_string(dt)));
       const mt::Tensor a32 = rounded(uniform({16, 40}, 0.5, 2.5, 21), dt);
       const mt::Tensor b32 = rounded(uniform({40}, 0.5, 2, 22), dt);  // broadcast over rows
       EXPECT_CLOSE(f(a32.to(dt), b32.to(dt)), f(a32, b32), vs_fp32(dt));
@@ -105,7 +105,7 @@ TEST(ElementwisePrecision, BinaryOps16BitMatchFp32) {
 // PyTorch, which no fixed relative tolerance bounds when the sum cancels.)
 TEST(ElementwisePrecision, BinaryBackward16BitMatchFp32) {
   for (mt::DType dt : mt::testing::kHalfDTypes) {
-    SCOPED_TRACE(std::string(mt::name(dt)));
+    SCOPED_TRACE(std::string(mt::to_string(dt)));
     const mt::Tensor a32 = rounded(uniform({16, 40}, -2, 2, 31), dt);
     const mt::Tensor b_row = rounded(uniform({40}, 0.5, 2, 32), dt);
     const mt::Tensor b_full = rounded(uniform({16, 40}, 0.5, 2, 34), dt);
@@ -163,14 +163,14 @@ TEST(ElementwisePrecision, EveryIsaVariantMatchesGeneric) {
       // FMA contraction in the vector variants may change the last bits only.
       const bool bf16 = i % 3 == 2;
       EXPECT_CLOSE(results[i], reference[i], bf16 ? mt::testing::kBf16VsFp32 : mt::testing::kFp32VsReference)
-          << "ISA " << mt::cpu::name(level) << ", op " << unary_cases()[i / 3].name << ", result " << i % 3;
+          << "ISA " << mt::cpu::to_string(level) << ", op " << unary_cases()[i / 3].name << ", result " << i % 3;
     }
   }
 }
 
 TEST(ElementwisePrecision, StridedAndBroadcastOperandsMatchContiguous) {
   for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16, mt::kFloat64}) {
-    SCOPED_TRACE(std::string(mt::name(dt)));
+    SCOPED_TRACE(std::string(mt::to_string(dt)));
     const mt::Tensor a = uniform({37, 300}, -2, 2, 61).to(dt);
     const mt::Tensor at = a.t();  // non-contiguous
     const mt::Tensor at_copy = at.contiguous();

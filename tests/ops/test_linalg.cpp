@@ -48,7 +48,7 @@ TEST_P(MatmulModes, TransposedOperandsAreReadInPlace) {
       const DType dt = GetParam().onednn_dtype();  // the primitive this mode runs
       auto [a, b] = make(dt);
       std::string impl = kernels::matmul_impl_info(a, b, Tensor(), Tensor::empty({30, 20}, dt));
-      EXPECT_EQ(impl.rfind("ref", 0), std::string::npos) << name(dt) << " runs " << impl;
+      EXPECT_EQ(impl.rfind("ref", 0), std::string::npos) << to_string(dt) << " runs " << impl;
     }
   }
 }

@@ -140,7 +140,7 @@ TEST_P(LinalgHalfModes, GradsMatchFp32Gradients) {
 // bias sum: the gradients must be the bits that the separate 16-bit products give.
 TEST(LinalgHalfGrads, LinearOnTheFp32RouteEqualsSeparateProducts) {
   for (DType dt : {kBFloat16, kFloat16}) {
-    SCOPED_TRACE(name(dt));
+    SCOPED_TRACE(to_string(dt));
     Bf16PathGuard guard(Bf16Path::kFp32);
     ASSERT_TRUE(kernels::uses_fp32_route(dt));
     Tensor x = uniform_input({3, 13, 40}, dt, 70).requires_grad_();

@@ -85,13 +85,13 @@ inline const GemmMode kHalfGemmModes[] = {{kBFloat16, kernels::Bf16Path::kNative
 
 // gtest prints the parameter next to each test name.
 inline void PrintTo(const GemmMode& m, std::ostream* os) {
-  *os << name(m.dtype);
+  *os << to_string(m.dtype);
   if (m.dtype == kBFloat16) *os << (m.path == kernels::Bf16Path::kNative ? " native" : " via fp32");
 }
 
 inline std::string gemm_mode_name(const ::testing::TestParamInfo<GemmMode>& info) {
   const GemmMode& m = info.param;
-  if (m.dtype != kBFloat16) return std::string(name(m.dtype));
+  if (m.dtype != kBFloat16) return std::string(to_string(m.dtype));
   return m.path == kernels::Bf16Path::kNative ? "bfloat16_native" : "bfloat16_via_fp32";
 }
 

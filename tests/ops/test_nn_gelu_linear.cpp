@@ -37,7 +37,7 @@ TEST(GeluLinear, BitIdenticalToTheComposition) {
   for (std::optional<DType> dt :
        {std::optional<DType>(), std::optional<DType>(kBFloat16), std::optional<DType>(kFloat16)}) {
     for (bool bias : {true, false}) {
-      SCOPED_TRACE(std::string(dt ? name(*dt) : "fp32") + (bias ? " bias" : " no bias"));
+      SCOPED_TRACE(std::string(dt ? to_string(*dt) : "fp32") + (bias ? " bias" : " no bias"));
       EXPECT_EQ(run(true, dt, bias), run(false, dt, bias));
     }
   }

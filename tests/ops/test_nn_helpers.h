@@ -42,7 +42,7 @@ inline constexpr nn::functional::Reduction kAllReductions[] = {
 inline void expect_half_matches_fp32(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                                      const std::vector<Tensor>& inputs32, DType dtype, const Tolerance& tol,
                                      std::optional<Tolerance> grad_tol = std::nullopt) {
-  SCOPED_TRACE(std::string("dtype ") + std::string(name(dtype)));
+  SCOPED_TRACE(std::string("dtype ") + std::string(to_string(dtype)));
   std::vector<Tensor> a, b;
   for (const Tensor& x : inputs32) {
     a.push_back(rounded(x, dtype).requires_grad_());

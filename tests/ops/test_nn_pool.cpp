@@ -133,8 +133,8 @@ TEST(MaxPool2d, MatchesReferenceEveryDtypeIsaAndWindow) {
       for (const Shape& shape : shapes) {
         if (shape[2] + 2 * o.padding_h < o.kernel_h || shape[3] + 2 * o.padding_w < o.kernel_w) continue;
         for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
-          SCOPED_TRACE(::testing::Message() << "isa " << cpu::name(level) << ", kernel " << o.kernel_h << "x"
-                                            << o.kernel_w << ", " << shape << ", " << name(dt));
+          SCOPED_TRACE(::testing::Message() << "isa " << cpu::to_string(level) << ", kernel " << o.kernel_h << "x"
+                                            << o.kernel_w << ", " << shape << ", " << to_string(dt));
           Tensor x = awkward_input(shape, 7).to(dt).requires_grad_();
           Tensor y = F::max_pool2d(x, o);
           const Tensor gy = randn32(y.shape(), 8).to(dt);
@@ -166,7 +166,7 @@ TEST(MaxPool2d, SixteenBitValuesAreCopiedBitForBit) {
       p[32 + 28] = snan;                                                     // window 14: a NaN below
       Tensor y = F::max_pool2d(x.to(default_device()), {.kernel_h = 2, .kernel_w = 2}).to(Device{});
       const uint16_t* q = reinterpret_cast<const uint16_t*>(y.raw_data());
-      SCOPED_TRACE(::testing::Message() << "isa " << cpu::name(level) << ", " << name(dt));
+      SCOPED_TRACE(::testing::Message() << "isa " << cpu::to_string(level) << ", " << to_string(dt));
       EXPECT_EQ(q[0], neg_zero);
       EXPECT_EQ(q[1], snan);
       EXPECT_EQ(q[14], snan);

@@ -205,7 +205,7 @@ TEST(ReducePrecision, Reductions16BitMatchFp32) {
       {{64, 1000}, {1}}, {{1000, 64}, {0}}, {{8, 300, 20}, {1}}, {{50, 60}, {}}, {{4, 5, 6}, {0, 2}}};
   for (mt::DType dt : {mt::kBFloat16, mt::kFloat16}) {
     for (const auto& [shape, dims] : cases) {
-      SCOPED_TRACE(std::string(mt::name(dt)) + " " + shape.str() + " dims " + dims.str());
+      SCOPED_TRACE(std::string(mt::to_string(dt)) + " " + shape.str() + " dims " + dims.str());
       const mt::Tensor x32 = uniform(shape, -1, 1, 10, dt).to(mt::kFloat32);
       const mt::Tensor x16 = x32.to(dt);
       EXPECT_CLOSE(mt::sum(x16, dims), mt::sum(x32, dims), vs_fp32(dt));

@@ -120,7 +120,7 @@ TEST(Bf16Update, StochasticRoundingIsReproducibleAndThreadCountIndependent) {
   for (mt::cpu::Isa level : mt::cpu::kAllIsas) {
     if (level > mt::cpu::detected_isa()) continue;
     mt::cpu::MaxIsaGuard cap(level);
-    EXPECT_EQ(a, run.run(Bf16Update::kStochastic, 11, 2)) << mt::cpu::name(level);
+    EXPECT_EQ(a, run.run(Bf16Update::kStochastic, 11, 2)) << mt::cpu::to_string(level);
   }
 }
 
@@ -171,7 +171,7 @@ TEST(Bf16Update, EveryIsaLevelGivesThePortableBits) {
     for (mt::cpu::Isa level : mt::cpu::kAllIsas) {
       if (level == mt::cpu::Isa::kGeneric || level > mt::cpu::detected_isa()) continue;
       mt::cpu::MaxIsaGuard cap(level);
-      EXPECT_EQ(run(mode), portable) << mt::cpu::name(level);
+      EXPECT_EQ(run(mode), portable) << mt::cpu::to_string(level);
     }
   }
 }

@@ -286,8 +286,8 @@ TEST(CompactState, VectorAdamMatchesThePortablePathBitForBit) {
   for (const Layout& l : layouts)
     for (const Variant& v : variants)
       for (mt::DType m_dtype : {mt::kFloat32, mt::kBFloat16}) {
-        SCOPED_TRACE(std::string(mt::name(l.dtype)) + (l.master ? (l.packed ? " packed" : " master") : "") + " " +
-                     v.name + " m " + std::string(mt::name(m_dtype)));
+        SCOPED_TRACE(std::string(mt::to_string(l.dtype)) + (l.master ? (l.packed ? " packed" : " master") : "") + " " +
+                     v.name + " m " + std::string(mt::to_string(m_dtype)));
         auto run = [&](mt::cpu::Isa level, int threads) {
           mt::cpu::MaxIsaGuard cap(level);
           return mt::testing::with_threads(threads, [&] {
@@ -317,7 +317,7 @@ TEST(CompactState, VectorAdamMatchesThePortablePathBitForBit) {
         };
         const auto portable = run(mt::cpu::Isa::kGeneric, 1);
         for (mt::cpu::Isa level : levels) {
-          SCOPED_TRACE(mt::cpu::name(level));
+          SCOPED_TRACE(mt::cpu::to_string(level));
           const auto simd = run(level, 1), simd2 = run(level, 2);
           EXPECT_EQ(portable, simd);
           EXPECT_EQ(simd, simd2);

@@ -84,7 +84,7 @@ TEST(MasterWeights, MasterFollowsTheFp32TrajectoryBitForBit) {
   };
   for (mt::DType dtype : {mt::kBFloat16, mt::kFloat16}) {
     for (const auto& [kind, make] : kinds) {
-      SCOPED_TRACE(std::string(mt::name(dtype)) + " " + kind);
+      SCOPED_TRACE(std::string(mt::to_string(dtype)) + " " + kind);
       const int n = 40000;  // several chunks
       std::vector<float> init = rounded(values(n, 1), dtype);
       mt::Tensor p32 = leaf(mt::from_vector(init, {n}));

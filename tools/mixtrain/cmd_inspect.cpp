@@ -47,7 +47,7 @@ int run_inspect(const std::string& file) {
   for (size_t i = 0; i < h.tensors.size(); ++i) {
     const io::SafetensorsEntry& e = h.tensors[i];
     std::printf("%-*s  %-8s  %-*s  %12s\n", static_cast<int>(name_w), names[i].c_str(),
-                std::string(name(e.dtype)).c_str(), static_cast<int>(shape_w), shapes[i].c_str(),
+                std::string(to_string(e.dtype)).c_str(), static_cast<int>(shape_w), shapes[i].c_str(),
                 human_bytes(static_cast<double>(e.end - e.begin)).c_str());
   }
   std::printf("\nmetadata (%zu entries)%s\n", h.metadata.size(), h.metadata.empty() ? ": none" : ":");

@@ -72,8 +72,8 @@ struct Fp8Recipe {
 };
 
 // "hybrid", "e4m3"; "max", "most_recent"; and their parsers (mt::Error listing the valid values).
-const char* to_string(Fp8Recipe::Format format);
-const char* to_string(Fp8Recipe::AmaxCompute compute);
+std::string_view to_string(Fp8Recipe::Format format);
+std::string_view to_string(Fp8Recipe::AmaxCompute compute);
 Fp8Recipe::Format parse_fp8_format(std::string_view text);
 Fp8Recipe::AmaxCompute parse_amax_compute(std::string_view text);
 

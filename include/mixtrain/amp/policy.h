@@ -33,7 +33,7 @@ enum class CastPolicy : uint8_t {
   kFp32,            // cast eligible inputs to float32
   kPromote,         // cast eligible inputs to the widest eligible input dtype
 };
-std::string_view policy_name(CastPolicy p);
+std::string_view to_string(CastPolicy p);
 
 struct Rule {
   CastPolicy policy = CastPolicy::kInputDtype;

@@ -13,6 +13,7 @@
 // version counter (tensor.h) as every in-place write does.
 #pragma once
 
+#include <string_view>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,7 +26,7 @@ namespace mixtrain::dist {
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
 
 // "sum", "avg", "max".
-const char* to_string(ReduceOp op);
+std::string_view to_string(ReduceOp op);
 
 // A pending collective: wait() blocks until done (rethrows its error as mt::Error); the tensor it
 // works on must stay alive and untouched until then. is_completed() never blocks; once it is true

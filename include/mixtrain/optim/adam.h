@@ -35,6 +35,7 @@
 // addressed by (parameter, element): reruns are bit-identical, whatever the thread count.
 #pragma once
 
+#include <string_view>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -47,7 +48,7 @@ namespace mixtrain::optim {
 enum class Bf16Update { kNearest, kStochastic, kKahan };
 
 // "nearest", "stochastic", "kahan".
-const char* to_string(Bf16Update mode);
+std::string_view to_string(Bf16Update mode);
 
 struct AdamOptions {
   double lr = 1e-3;

@@ -73,9 +73,9 @@ MT_TARGET_AVX2 void philox8(uint64_t first, uint64_t key, uint32_t stream, uint3
   __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
   __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
   __m256i c2 = _mm256_set1_epi32(static_cast<int>(stream)), c3 = _mm256_setzero_si256();
-  random::detail::philox_rounds<Avx2Lanes>(c0, c1, c2, c3,
-                                           _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key))),
-                                           _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key >> 32))));
+  const __m256i k0 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key)));
+  const __m256i k1 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key >> 32)));
+  random::detail::philox_rounds<Avx2Lanes>(c0, c1, c2, c3, k0, k1);
   alignas(32) uint32_t w[4][8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(w[0]), c0);
   _mm256_store_si256(reinterpret_cast<__m256i*>(w[1]), c1);

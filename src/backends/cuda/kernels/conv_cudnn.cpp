@@ -75,7 +75,7 @@ constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
 enum class Direction : int64_t { kForward, kBackwardData, kBackwardFilter };
 
-const char* direction_name(Direction d) {
+std::string_view to_string(Direction d) {
   switch (d) {
     case Direction::kForward: return "conv2d";
     case Direction::kBackwardData: return "conv2d backward (input gradient)";
@@ -117,7 +117,7 @@ void check_cudnn(cudnnStatus_t status, const char* call, const std::string& what
 void check_cudnn(cudnnStatus_t status, const char* call, Direction dir, const Problem& p) {
   if (status == CUDNN_STATUS_SUCCESS) [[likely]]
     return;
-  check_cudnn(status, call, mixtrain::detail::concat(direction_name(dir), " on ", p.device, " of ", problem_text(p)));
+  check_cudnn(status, call, mixtrain::detail::concat(to_string(dir), " on ", p.device, " of ", problem_text(p)));
 }
 
 // ---- per-device state: the handle and the cached algorithm choices
@@ -234,7 +234,7 @@ void check_int_range(Direction dir, const Problem& p) {
   bool ok = true;
   for (int64_t n : numels) ok = ok && n <= INT_MAX;
   for (int64_t v : geometry) ok = ok && v <= INT_MAX;
-  MT_CHECK(ok, direction_name(dir), " on ", p.device, ": cuDNN's convolution API counts elements in 32-bit ints, and ",
+  MT_CHECK(ok, to_string(dir), " on ", p.device, ": cuDNN's convolution API counts elements in 32-bit ints, and ",
            problem_text(p), " has a tensor of 2^31 or more elements; split the batch");
 }
 
@@ -383,7 +383,7 @@ Choice choose(DeviceState& st, const Descriptors& d, Direction dir, const Proble
       chosen = Choice{cand.algo, *math, bytes};
     }
   }
-  MT_CHECK(chosen.has_value(), direction_name(dir), " on ", p.device, ": cuDNN offers no deterministic algorithm ",
+  MT_CHECK(chosen.has_value(), to_string(dir), " on ", p.device, ": cuDNN offers no deterministic algorithm ",
            "within ", kMaxWorkspaceBytes >> 20, " MiB of workspace",
            p.dtype == kFloat32 && !tf32 ? " without TF32" : "", " for ", problem_text(p),
            " (heuristic: ", seen.empty() ? std::string("no entries") : seen, ")");
@@ -430,7 +430,7 @@ void run(Direction dir, const Problem& p, void* x, void* w, void* y) {
   DeviceState& st = state(p.device);
   DeviceGuard guard(p.device);
   std::lock_guard lock(st.mu);
-  const Descriptors d(dir, p, mixtrain::detail::concat(direction_name(dir), " on ", p.device));
+  const Descriptors d(dir, p, mixtrain::detail::concat(to_string(dir), " on ", p.device));
   const bool tf32 = p.dtype == kFloat32 && mixtrain::cuda::allow_tf32();
   const Choice c = choose(st, d, dir, p, tf32);
   check_cudnn(cudnnSetConvolutionMathType(d.conv.get(), c.math), "cudnnSetConvolutionMathType", dir, p);

@@ -186,7 +186,7 @@ bool onednn_builds_bf16() {
 std::string native_bf16_unavailable_reason() {
   if (cpu::isa() < cpu::Isa::kAvx512)
     return detail::concat("oneDNN's bf16 matmul and convolution kernels need AVX-512 (avx512_core), and the "
-                          "instruction-set level here is ", cpu::name(cpu::isa()), " (", cpu::describe(), ")");
+                          "instruction-set level here is ", cpu::to_string(cpu::isa()), " (", cpu::describe(), ")");
   if (!onednn_builds_bf16())
     return detail::concat("oneDNN builds no bf16 matmul at its level ", onednn::effective_isa_name(), " (",
                           cpu::describe(), ")");
