@@ -13,6 +13,7 @@
 #include "mixtrain/nn/container.h"
 #include "mixtrain/nn/dropout.h"
 #include "mixtrain/nn/gpt.h"
+#include "mixtrain/nn/gpt2.h"
 #include "mixtrain/nn/normalization.h"
 
 namespace mixtrain::nn {
@@ -119,13 +120,17 @@ void set_activation_checkpointing(Module& model, bool enabled) {
     gpt->set_checkpoint_activations(enabled);
     return;
   }
+  if (auto* gpt2 = dynamic_cast<GPT2*>(&model)) {
+    gpt2->set_checkpoint_activations(enabled);
+    return;
+  }
   if (auto* seq = dynamic_cast<Sequential*>(&model)) {
     const auto n = static_cast<double>(seq->size());
     seq->set_checkpoint_segments(enabled ? static_cast<int64_t>(std::ceil(std::sqrt(n))) : 0);
     return;
   }
   MT_CHECK(!enabled, "set_activation_checkpointing: a ", model.type_name(),
-           " has no segments to checkpoint (a GPT or a Sequential has)");
+           " has no segments to checkpoint (a GPT, a GPT2 or a Sequential has)");
 }
 
 }  // namespace mixtrain::nn

@@ -31,6 +31,13 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
   return (*proj_)(functional::qkv_attention((*qkv_)(x), num_heads_, causal_));
 }
 
+Tensor MultiheadAttention::forward_cached(const Tensor& x, KVCache& cache) {
+  MT_CHECK(causal_, "MultiheadAttention: incremental decoding needs causal attention");
+  MT_CHECK(x.dim() == 3 && x.size(2) == embed_dim_, "MultiheadAttention(", embed_dim_, ", ", num_heads_,
+           "): expected an input [B, T, ", embed_dim_, "], got ", describe(x));
+  return (*proj_)(cached_qkv_attention((*qkv_)(x), num_heads_, cache));
+}
+
 std::string MultiheadAttention::extra_repr() const {
   return concat("embed_dim=", embed_dim_, ", num_heads=", num_heads_, ", causal=", causal_ ? "true" : "false");
 }
@@ -57,8 +64,14 @@ TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t num_heads, Transfo
 // The MLP as built (Linear, exact GELU, Linear) runs its second half as gelu_linear, which keeps
 // one [B, T, hidden] activation for backward instead of two; anything else runs as a Sequential,
 // and so does the MLP in an FP8 region (each Linear quantises its own input there).
-Tensor TransformerBlock::forward(const Tensor& x) {
-  Tensor h = x + (*attn_)((*ln1_)(x));
+Tensor TransformerBlock::forward(const Tensor& x) { return mlp_branch(x + (*attn_)((*ln1_)(x))); }
+
+Tensor TransformerBlock::forward_cached(const Tensor& x, KVCache& cache) {
+  return mlp_branch(x + attn_->forward_cached((*ln1_)(x), cache));
+}
+
+// h + mlp(ln2(h)).
+Tensor TransformerBlock::mlp_branch(const Tensor& h) {
   const Tensor u = (*ln2_)(h);
   const Sequential& mlp = *mlp_;
   if (mlp.size() == 3 && !amp::is_fp8_enabled()) {
@@ -95,19 +108,34 @@ GPT::GPT(GPTConfig config, Generator* generator) : Module("GPT"), config_(config
   head_ = register_module("head", Linear(C, config.vocab_size, {.generator = generator, .fp8 = false}));
 }
 
-Tensor GPT::forward(const Tensor& tokens) {
+Tensor GPT::embed(const Tensor& tokens, int64_t first) {
   MT_CHECK(tokens.dim() == 2 && (tokens.dtype() == kInt64 || tokens.dtype() == kInt32),
            "GPT: expected int64 tokens [B, T], got ", describe(tokens));
   const int64_t T = tokens.size(1);
-  MT_CHECK(T >= 1 && T <= config_.context, "GPT: sequence length ", T, " must be in [1, context = ", config_.context,
-           "]");
+  MT_CHECK(T >= 1 && first + T <= config_.context, "GPT: positions ", first, " .. ", first + T - 1,
+           " must lie in [0, context = ", config_.context, ")");
   // On the tokens' device: a model moved to a device gets no host tensor here.
   if (!positions_.defined() || positions_.device() != tokens.device())
     positions_ = arange(config_.context, {.dtype = kInt64, .device = tokens.device()});
-  const Tensor pos = positions_.narrow(0, 0, T);  // [T] int64
-  Tensor x = (*tok_emb_)(tokens) + (*pos_emb_)(pos);  // [B, T, C] + [T, C]
-  x = (*blocks_)(x);
+  const Tensor pos = positions_.narrow(0, first, T);  // [T] int64
+  return (*tok_emb_)(tokens) + (*pos_emb_)(pos);      // [B, T, C] + [T, C]
+}
+
+Tensor GPT::forward(const Tensor& tokens) {
+  const Tensor x = (*blocks_)(embed(tokens, 0));
   return (*head_)((*ln_f_)(x));  // [B, T, V]
+}
+
+Tensor GPT::forward_cached(const Tensor& tokens, DecodeCache& cache) {
+  NoGradGuard no_grad;
+  if (cache.layers.empty()) cache.layers.resize(blocks_->size());
+  MT_CHECK(cache.layers.size() == blocks_->size(), "GPT: the cache holds ", cache.layers.size(), " layers, the model ",
+           blocks_->size());
+  Tensor x = embed(tokens, cache.length);
+  for (size_t i = 0; i < blocks_->size(); ++i)
+    x = static_cast<TransformerBlock*>((*blocks_)[i].get())->forward_cached(x, cache.layers[i]);
+  cache.length += tokens.size(1);
+  return (*head_)((*ln_f_)(x));
 }
 
 void GPT::set_checkpoint_activations(bool enabled) {

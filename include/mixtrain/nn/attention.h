@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mixtrain/nn/generation.h"
 #include "mixtrain/nn/linear.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/random.h"
@@ -31,6 +32,8 @@ class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions opts = {});
   Tensor forward(const Tensor& x) override;
+  // forward() for the positions after those in `cache` (causal attention only; nn/generation.h).
+  Tensor forward_cached(const Tensor& x, KVCache& cache);
   std::string extra_repr() const override;
 
   const std::shared_ptr<Linear>& qkv() const { return qkv_; }

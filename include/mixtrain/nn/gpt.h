@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mixtrain/nn/embedding.h"
+#include "mixtrain/nn/generation.h"
 #include "mixtrain/nn/linear.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/nn/transformer.h"
@@ -27,13 +28,17 @@ struct GPTConfig {
 // Submodules: "tok_emb" Embedding(V, C), "pos_emb" Embedding(context, C) (learned positions,
 // weight [context, C]), "blocks" (a Sequential of L causal TransformerBlocks: "blocks.0", ...),
 // "ln_f" LayerNorm(C), "head" Linear(C, V) with bias; no weight tying.
-class GPT : public Module {
+class GPT : public Module, public IncrementalDecoder {
  public:
   explicit GPT(GPTConfig config = {}, Generator* generator = nullptr);
   Tensor forward(const Tensor& tokens) override;
   std::string extra_repr() const override;
 
   const GPTConfig& config() const { return config_; }
+  // Incremental decoding (nn/generation.h).
+  Tensor forward_cached(const Tensor& tokens, DecodeCache& cache) override;
+  int64_t max_positions() const override { return config_.context; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
   // Activation checkpointing per transformer block (nn/checkpoint.h): each block but the last keeps
   // only its input for backward and recomputes its activations there. Gradients are bit-identical.
   void set_checkpoint_activations(bool enabled);
@@ -48,6 +53,7 @@ class GPT : public Module {
   // 0, 1, ..., context - 1 (int64) on the device of the last forward's tokens: made once per device,
   // so that a step copies nothing from the host for its positions. Not state: not in state_dict().
   Tensor positions_;
+  Tensor embed(const Tensor& tokens, int64_t first_position);
 };
 
 }  // namespace mixtrain::nn

@@ -11,6 +11,7 @@
 #include "mixtrain/nn/embedding.h"
 #include "mixtrain/nn/flatten.h"
 #include "mixtrain/nn/gpt.h"
+#include "mixtrain/nn/gpt2.h"
 #include "mixtrain/nn/init.h"
 #include "mixtrain/nn/linear.h"
 #include "mixtrain/nn/module.h"

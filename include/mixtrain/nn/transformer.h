@@ -30,6 +30,8 @@ class TransformerBlock : public Module {
  public:
   TransformerBlock(int64_t embed_dim, int64_t num_heads, TransformerBlockOptions opts = {});
   Tensor forward(const Tensor& x) override;
+  // forward() for the positions after those in `cache` (a causal block; nn/generation.h).
+  Tensor forward_cached(const Tensor& x, KVCache& cache);
 
   const std::shared_ptr<LayerNorm>& ln1() const { return ln1_; }
   const std::shared_ptr<MultiheadAttention>& attn() const { return attn_; }
@@ -37,6 +39,8 @@ class TransformerBlock : public Module {
   const std::shared_ptr<Sequential>& mlp() const { return mlp_; }
 
  private:
+  Tensor mlp_branch(const Tensor& h);
+
   std::shared_ptr<LayerNorm> ln1_;
   std::shared_ptr<MultiheadAttention> attn_;
   std::shared_ptr<LayerNorm> ln2_;
