@@ -17,9 +17,12 @@
 #include "mixtrain/factory.h"
 #include "mixtrain/io/file.h"
 #include "mixtrain/random.h"
+#include "data/fingerprint.h"
 
 namespace mixtrain::data {
 namespace fs = std::filesystem;
+using hashing::hash_bytes;
+using hashing::kFingerprintSeed;
 
 namespace {
 
@@ -43,27 +46,6 @@ Example Dataset::get(int64_t index) const {
 
 namespace {
 
-// 64-bit hash of bytes, 8 at a time (FNV-style multiply-xor with a final avalanche): fast enough to
-// hash a 47 MB dataset in tens of milliseconds; `h` chains calls.
-uint64_t hash_bytes(const void* data, size_t n, uint64_t h) {
-  constexpr uint64_t kPrime = 0x100000001b3ull;
-  const auto* p = static_cast<const unsigned char*>(data);
-  h ^= n;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * kPrime;
-    h ^= h >> 29;
-  }
-  uint64_t tail = 0;
-  std::memcpy(&tail, p + i, n - i);
-  h = (h ^ tail) * kPrime;
-  h ^= h >> 32;
-  h *= 0xd6e8feb86659fd93ull;
-  return h ^ (h >> 32);
-}
-
 uint64_t hash_tensor(const Tensor& t, uint64_t h) {
   const Tensor c = t.contiguous();
   const int64_t meta[] = {static_cast<int64_t>(t.dtype()), t.dim()};
@@ -71,8 +53,6 @@ uint64_t hash_tensor(const Tensor& t, uint64_t h) {
   h = hash_bytes(t.shape().data(), sizeof(int64_t) * static_cast<size_t>(t.dim()), h);
   return hash_bytes(c.raw_data(), c.nbytes(), h);
 }
-
-constexpr uint64_t kFingerprintSeed = 0x6d69787472616e31ull;  // "mixtran1"
 
 }  // namespace
 
