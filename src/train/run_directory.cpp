@@ -20,7 +20,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Files a run writes into out_dir (checkpoint-<step>.safetensors aside).
-constexpr const char* kRunFiles[] = {"metrics.jsonl", "summary.json", "model.safetensors", "checkpoint.safetensors"};
+// config.json: a gpt2 run writes its model in Hugging Face's layout (TrainerOptions::save_model).
+constexpr const char* kRunFiles[] = {"metrics.jsonl", "summary.json", "model.safetensors", "checkpoint.safetensors",
+                                     "config.json"};
 
 // The step of "checkpoint-<step>.safetensors", or -1 for another name.
 int64_t periodic_checkpoint_step(const std::string& name) {

@@ -319,11 +319,15 @@ TrainSummary Trainer::fit() {
   if (writes_files()) {
     const fs::path dir(options_.out_dir);
     save_checkpoint((dir / "checkpoint.safetensors").string());  // refuses non-finite weights
-    io::save_safetensors((dir / "model.safetensors").string(), model_->state_dict().items(),
-                         {{"model", options_.model_name},
-                          {"precision", std::string(to_string(options_.precision.precision))},
-                          {"master_weights", summary.master_weights},
-                          {"step", std::to_string(step_)}});
+    const std::map<std::string, std::string> metadata = {
+        {"model", options_.model_name},
+        {"precision", std::string(to_string(options_.precision.precision))},
+        {"master_weights", summary.master_weights},
+        {"step", std::to_string(step_)}};
+    if (options_.save_model)
+      options_.save_model(*model_, options_.out_dir, metadata);
+    else
+      io::save_safetensors((dir / "model.safetensors").string(), model_->state_dict().items(), metadata);
     io::write_file_atomic((dir / "summary.json").string(), summary.to_json() + "\n", "Trainer");
   }
   return summary;

@@ -3,12 +3,17 @@
 //                        and a byte that is not UTF-8-printable; `mixtrain inspect` must print them
 //                        escaped, one line each
 //   fifo                 a FIFO (no writer): readers must refuse it at once instead of blocking
+//   tokens-train.bin, tokens-val.bin   llm.c token files of tokens below 64 (the tiny GPT-2 fixture's
+//                        vocabulary), 2049 and 257 tokens
+//   tokens-big.bin       the same with a token (100) outside that vocabulary
+#include <mixtrain/data/token_file.h>
 #include <mixtrain/mixtrain.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 int main(int argc, char** argv) {
   namespace mt = mixtrain;
@@ -21,6 +26,15 @@ int main(int argc, char** argv) {
   mt::io::save_safetensors(dir + "/forged.safetensors",
                            mt::io::NamedTensors{{forged, mt::zeros({1})}, {std::string("nul\0byte", 8), mt::zeros({1})}},
                            {{"note\nforged = yes", "value\x1b]0;title\x07"}});
+  auto tokens = [](int n, uint16_t bad_at_7) {
+    std::vector<uint16_t> t(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) t[i] = static_cast<uint16_t>((i * 7 + i / 5) % 64);
+    if (bad_at_7 != 0) t[7] = bad_at_7;
+    return t;
+  };
+  mt::data::TokenFileDataset::write(dir + "/tokens-train.bin", tokens(2049, 0));
+  mt::data::TokenFileDataset::write(dir + "/tokens-val.bin", tokens(257, 0));
+  mt::data::TokenFileDataset::write(dir + "/tokens-big.bin", tokens(257, 100));
   ::unlink((dir + "/fifo").c_str());
   if (::mkfifo((dir + "/fifo").c_str(), 0600) != 0) {
     std::perror("mkfifo");

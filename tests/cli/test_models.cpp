@@ -16,13 +16,14 @@ namespace F = mixtrain::nn::functional;
 
 namespace {
 
-// The models these tests build and run: every model but gpt-small, the 86M-parameter GPU benchmark
-// whose construction and 1024-token forward would dominate the suite (its configuration and
-// parameter count are checked without building it, below).
+// The models these tests build and run: every model but gpt-small, the 86M-parameter GPU benchmark,
+// and gpt2 (GPT-2 small, 124M), whose construction and 1024-token forward would dominate the suite
+// (their configurations and parameter counts are checked without building them, below; GPT-2's
+// architecture in tests/nn/test_gpt2.cpp and tests/io/test_hf_gpt2.cpp).
 std::vector<std::string> cpu_sized_models() {
   std::vector<std::string> names;
   for (const auto& n : mixtrain::cli::model_names())
-    if (n != "gpt-small") names.push_back(n);
+    if (n != "gpt-small" && n != "gpt2") names.push_back(n);
   return names;
 }
 
@@ -134,7 +135,10 @@ TEST(ModelsTest, ParameterCountsAndFlops) {
   EXPECT_EQ(mixtrain::cli::model_info("gpt").sample_shape, (mt::Shape{128}));
   EXPECT_EQ(mixtrain::cli::model_info("gpt").input_dtype, mt::kInt64);
   EXPECT_EQ(mixtrain::cli::model_info("cnn").sample_shape, (mt::Shape{1, 28, 28}));
-  EXPECT_EQ(mixtrain::cli::model_names(), (std::vector<std::string>{"mlp", "mlp-wide", "cnn", "gpt", "gpt-small"}));
+  EXPECT_EQ(mixtrain::cli::model_names(), (std::vector<std::string>{"mlp", "mlp-wide", "cnn", "gpt", "gpt-small", "gpt2"}));
+  // GPT-2 small as published: 124,439,808 parameters, the head tied to the embedding.
+  EXPECT_EQ(mixtrain::cli::model_info("gpt2").num_parameters, int64_t{124439808});
+  EXPECT_EQ(mixtrain::cli::model_info("gpt2").num_outputs, 50257);
   // GPT-2 small's shape with a byte vocabulary: embeddings (256 + 1024) * 768, 12 blocks of
   // 7,087,872, the final LayerNorm and the 768 -> 256 head.
   EXPECT_EQ(mixtrain::cli::model_info("gpt-small").num_parameters, int64_t{86235904});

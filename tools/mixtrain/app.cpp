@@ -26,6 +26,7 @@ std::unique_ptr<CLI::App> make_app(Invocation& inv) {
   inv.compare_cmd = add_compare_command(*app, inv.compare);
   inv.bench_cmd = add_bench_command(*app, inv.bench);
   inv.inspect_cmd = add_inspect_command(*app, inv.inspect_file);
+  inv.generate_cmd = add_generate_command(*app, inv.generate);
   return app;
 }
 

@@ -16,10 +16,12 @@ struct Invocation {
   CompareArgs compare;
   BenchArgs bench;
   std::string inspect_file;
+  GenerateArgs generate;
   CLI::App* train_cmd = nullptr;
   CLI::App* compare_cmd = nullptr;
   CLI::App* bench_cmd = nullptr;
   CLI::App* inspect_cmd = nullptr;
+  CLI::App* generate_cmd = nullptr;
 };
 
 // The app; its subcommands write into `inv`, which must outlive it.

@@ -2,6 +2,8 @@
 #include "cli_common.h"
 
 #include <mixtrain/cpu.h>
+#include <mixtrain/data/token_file.h>
+#include <mixtrain/io/hf_gpt2.h>
 #include <mixtrain/parallel.h>
 #include <mixtrain/random.h>
 
@@ -53,6 +55,15 @@ DataSpec parse_data_spec(const std::string& text) {
   } else if (kind == "text") {
     spec.kind = DataSpec::Kind::kText;
     spec.path = arg;
+  } else if (kind == "tokens") {
+    spec.kind = DataSpec::Kind::kTokens;
+    const size_t comma = arg.find(',');
+    spec.path = arg.substr(0, comma);
+    if (comma != std::string::npos) {
+      spec.val_path = arg.substr(comma + 1);
+      if (spec.val_path.empty() || spec.path.empty())
+        throw UsageError("tokens:TRAIN.bin,VAL.bin needs two file names, got '" + arg + "'");
+    }
   } else if (kind == "synthetic") {
     spec.kind = DataSpec::Kind::kSynthetic;
     if (has_arg) {
@@ -68,11 +79,13 @@ DataSpec parse_data_spec(const std::string& text) {
       spec.synthetic_size = n;
     }
   } else {
-    throw UsageError("unknown data '" + text + "' (valid: fashion-mnist[:DIR], mnist:DIR, text:FILE, synthetic[:N])");
+    throw UsageError("unknown data '" + text +
+                     "' (valid: fashion-mnist[:DIR], mnist:DIR, text:FILE, tokens:TRAIN.bin[,VAL.bin], synthetic[:N])");
   }
-  if ((has_arg || spec.kind == DataSpec::Kind::kMNIST || spec.kind == DataSpec::Kind::kText) &&
-      spec.kind != DataSpec::Kind::kSynthetic && spec.path.empty())
-    throw UsageError(kind + " needs a path: " + kind + (spec.kind == DataSpec::Kind::kText ? ":FILE" : ":DIR"));
+  const bool file = spec.kind == DataSpec::Kind::kText || spec.kind == DataSpec::Kind::kTokens;
+  if ((has_arg || spec.kind == DataSpec::Kind::kMNIST || file) && spec.kind != DataSpec::Kind::kSynthetic &&
+      spec.path.empty())
+    throw UsageError(kind + " needs a path: " + kind + (file ? ":FILE" : ":DIR"));
   return spec;
 }
 
@@ -81,6 +94,8 @@ std::string describe(const DataSpec& spec) {
     case DataSpec::Kind::kFashionMNIST: return "Fashion-MNIST (" + spec.path + ")";
     case DataSpec::Kind::kMNIST: return "MNIST (" + spec.path + ")";
     case DataSpec::Kind::kText: return "text (" + spec.path + ")";
+    case DataSpec::Kind::kTokens:
+      return "tokens (" + spec.path + (spec.val_path.empty() ? "" : ", validation " + spec.val_path) + ")";
     case DataSpec::Kind::kSynthetic: return "synthetic (" + std::to_string(spec.synthetic_size) + " examples)";
   }
   return "?";
@@ -92,6 +107,14 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
     app.add_option("--model", a.model, "Model: " + join(cli::model_names()))
         ->check(CLI::IsMember(cli::model_names()))
         ->capture_default_str();
+    app.add_option("--init-from", a.init_from,
+                   "gpt2: start from a Hugging Face directory (config.json and model.safetensors, as "
+                   "GPT2LMHeadModel.save_pretrained writes them); the architecture comes from its config.json")
+        ->check(CLI::ExistingDirectory);
+    app.add_option("--gpt2-config", a.gpt2_config,
+                   "gpt2 without --init-from: small (124M), medium (355M), large (774M), xl (1558M) or a config.json "
+                   "file in Hugging Face's format")
+        ->capture_default_str();
     app.add_option("--context", a.context,
                    "gpt models: tokens per training sequence, at most the model's context (128 for gpt, 1024 for "
                    "gpt-small); shorter sequences train the same model faster and in less memory (0: the model's)")
@@ -101,7 +124,8 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
   if (has(Flags::kData))
     app.add_option("--data", a.data,
                    "Data: fashion-mnist[:DIR] (default dir " + std::string(data::kFashionMNISTDefaultDir) +
-                       "), mnist:DIR, text:FILE (gpt), synthetic[:N] (random data, N examples)")
+                       "), mnist:DIR, text:FILE (gpt, gpt-small: bytes), tokens:TRAIN.bin[,VAL.bin] (gpt2: llm.c's "
+                       "token files), synthetic[:N] (random data, N examples)")
         ->check(throwing_validator([](const std::string& s) { parse_data_spec(s); }, "DATA"))
         ->capture_default_str();
   if (has(Flags::kPrecision)) {
@@ -230,7 +254,43 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
   }
 }
 
+nn::GPT2Config run_gpt2_config(const RunArgs& a, std::vector<std::string>* notes) {
+  if (!a.init_from.empty()) return io::read_gpt2_config((std::filesystem::path(a.init_from) / "config.json").string(), notes);
+  if (a.gpt2_config == "small") return nn::GPT2Config::small();
+  if (a.gpt2_config == "medium") return nn::GPT2Config::medium();
+  if (a.gpt2_config == "large") return nn::GPT2Config::large();
+  if (a.gpt2_config == "xl") return nn::GPT2Config::xl();
+  return io::read_gpt2_config(a.gpt2_config, notes);
+}
+
+std::shared_ptr<nn::Module> make_run_model(const RunArgs& a) {
+  if (a.model != "gpt2") return cli::make_model(a.model, a.seed);
+  if (!a.init_from.empty()) return io::load_hf_gpt2(a.init_from);
+  return cli::make_gpt2(run_gpt2_config(a), a.seed);
+}
+
 cli::ModelInfo run_model_info(const RunArgs& a) {
+  const bool gpt2 = a.model == "gpt2";
+  if (!gpt2 && !a.init_from.empty())
+    throw UsageError("--init-from loads a Hugging Face GPT-2: it needs --model gpt2, not " + a.model);
+  if (!gpt2 && a.gpt2_config != "small")
+    throw UsageError("--gpt2-config sets the architecture of --model gpt2, not of " + a.model);
+  if (gpt2 && !a.init_from.empty() && a.gpt2_config != "small")
+    throw UsageError("--gpt2-config and --init-from both give the architecture: --init-from's config.json is used, "
+                     "drop --gpt2-config");
+  if (gpt2) {
+    const nn::GPT2Config config = run_gpt2_config(a);
+    cli::ModelInfo info = cli::gpt2_model_info(config);
+    if (a.context == 0) return info;
+    if (a.context > config.n_positions)
+      throw UsageError("--context " + std::to_string(a.context) + " is longer than the model's " +
+                       std::to_string(config.n_positions) + " positions");
+    nn::GPT2Config shorter = config;
+    shorter.n_positions = a.context;  // the FLOPs of sequences of that length
+    info.sample_shape = {a.context};
+    info.flops_per_sample = cli::gpt2_model_info(shorter).flops_per_sample;
+    return info;
+  }
   cli::ModelInfo info = cli::model_info(a.model);
   if (a.context == 0) return info;
   if (info.task != cli::ModelTask::kLanguageModel)
@@ -252,11 +312,16 @@ cli::ModelInfo with_sequence_length(cli::ModelInfo info, nn::GPTConfig config, i
 void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision precision) {
   const cli::ModelInfo info = run_model_info(a);
   const bool lm = info.task == cli::ModelTask::kLanguageModel;
-  const bool text = spec.kind == DataSpec::Kind::kText;
-  if (lm && !(text || spec.kind == DataSpec::Kind::kSynthetic))
-    throw UsageError("model " + a.model + " is a language model: use --data text:FILE or --data synthetic");
-  if (!lm && text)
-    throw UsageError("model " + a.model + " classifies 28x28 images: --data text:FILE needs --model gpt");
+  const bool text = spec.kind == DataSpec::Kind::kText, tokens = spec.kind == DataSpec::Kind::kTokens;
+  const bool gpt2 = a.model == "gpt2";
+  if (gpt2 && !(tokens || spec.kind == DataSpec::Kind::kSynthetic))
+    throw UsageError("model gpt2 reads BPE tokens: use --data tokens:TRAIN.bin[,VAL.bin] (llm.c's token files) or "
+                     "--data synthetic");
+  if (lm && !gpt2 && !(text || spec.kind == DataSpec::Kind::kSynthetic))
+    throw UsageError("model " + a.model + " is a byte-level language model: use --data text:FILE or --data synthetic");
+  if (!lm && (text || tokens))
+    throw UsageError("model " + a.model + " classifies 28x28 images: --data " +
+                     (text ? "text:FILE needs --model gpt" : "tokens:FILE needs --model gpt2"));
   if (lm && a.augment != "none")
     throw UsageError("--augment " + a.augment + " mirrors images; model " + a.model + " reads token sequences");
   if (precision == train::Precision::kFp8 && a.checkpoint_activations)
@@ -329,8 +394,26 @@ LoadedData load_data(const DataSpec& spec, const cli::ModelInfo& model, uint64_t
       d.train = std::make_unique<data::TextDataset>(spec.path, context, train_text);
       d.eval = std::make_unique<data::TextDataset>(spec.path, context, val_text);
       break;
+    case DataSpec::Kind::kTokens:
+      d.train = std::make_unique<data::TokenFileDataset>(spec.path, context, model.num_outputs);
+      if (!spec.val_path.empty())
+        d.eval = std::make_unique<data::TokenFileDataset>(spec.val_path, context, model.num_outputs);
+      break;
     case DataSpec::Kind::kSynthetic:
-      if (model.task == cli::ModelTask::kLanguageModel) {
+      if (model.task == cli::ModelTask::kLanguageModel && model.name == "gpt2") {
+        // Uniform tokens of the vocabulary, for synthetic_size training windows and a tenth as many
+        // for validation.
+        auto tokens = [&](int64_t windows, uint32_t stream) {
+          std::vector<uint16_t> t(static_cast<size_t>(windows * context + 1));
+          for (size_t i = 0; i < t.size(); ++i)
+            t[i] = static_cast<uint16_t>(random::philox(i, seed, stream)[0] % static_cast<uint64_t>(model.num_outputs));
+          return t;
+        };
+        d.train = std::make_unique<data::TokenFileDataset>(data::TokenFileDataset::from_tokens(
+            tokens(spec.synthetic_size, 8), context, model.num_outputs, {}, "synthetic"));
+        d.eval = std::make_unique<data::TokenFileDataset>(data::TokenFileDataset::from_tokens(
+            tokens(std::max<int64_t>(2, spec.synthetic_size / 10), 9), context, model.num_outputs, {}, "synthetic"));
+      } else if (model.task == cli::ModelTask::kLanguageModel) {
         // Enough random bytes for synthetic_size training windows plus a 10% validation part that
         // holds at least two windows.
         const int64_t bytes = std::max((spec.synthetic_size * 10 / 9 + 2) * context + 2, 20 * (context + 1));

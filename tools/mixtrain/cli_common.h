@@ -21,11 +21,12 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// --data: fashion-mnist[:DIR] | mnist:DIR | text:FILE | synthetic[:N]
+// --data: fashion-mnist[:DIR] | mnist:DIR | text:FILE | tokens:TRAIN[,VAL] | synthetic[:N]
 struct DataSpec {
-  enum class Kind { kFashionMNIST, kMNIST, kText, kSynthetic };
+  enum class Kind { kFashionMNIST, kMNIST, kText, kTokens, kSynthetic };
   Kind kind = Kind::kFashionMNIST;
   std::string path;                // directory or file
+  std::string val_path;            // tokens: the validation file ("" : none)
   int64_t synthetic_size = 10000;  // training examples of synthetic data
 };
 DataSpec parse_data_spec(const std::string& text);  // throws UsageError
@@ -34,6 +35,8 @@ std::string describe(const DataSpec& spec);
 // The flags shared by train, compare and bench.
 struct RunArgs {
   std::string model = "mlp";
+  std::string init_from;              // --init-from DIR: gpt2 config and weights in Hugging Face's layout
+  std::string gpt2_config = "small";  // --gpt2-config: small, medium, large, xl or a config.json
   int64_t context = 0;  // --context: tokens per training sequence of a gpt model (0: the model's context)
   std::string data = "fashion-mnist";
   std::string precision = "fp32";
@@ -104,6 +107,14 @@ struct LoadedData {
 // Loads (or generates) the training and evaluation sets for the model. mt::Error for missing or
 // corrupt files, with the install hint for Fashion-MNIST.
 LoadedData load_data(const DataSpec& spec, const cli::ModelInfo& model, uint64_t seed);
+
+// The GPT-2 configuration of a run of --model gpt2: --init-from's config.json, else --gpt2-config's
+// size or file. `notes` (may be null) receives what the config asks that mixtrain will not do.
+nn::GPT2Config run_gpt2_config(const RunArgs& args, std::vector<std::string>* notes = nullptr);
+
+// The model of a run, on the CPU: make_model(--model, --seed), or for gpt2 the configuration of
+// run_gpt2_config with --init-from's weights or an initialisation from --seed.
+std::shared_ptr<nn::Module> make_run_model(const RunArgs& args);
 
 // The model of a run as it trains: model_info(args.model), with the sequence length and FLOPs of
 // --context for the gpt models (the parameters stay the model's). Throws UsageError for a --context

@@ -43,7 +43,8 @@ int run_bench(const BenchArgs& b) {
   const int threads = apply_threads(a.threads);
   const Device device = parse_device(a.device);
   cli::ModelInfo info = run_model_info(a);
-  nn::GPTConfig gpt_config = info.task == cli::ModelTask::kLanguageModel ? cli::gpt_config(a.model) : nn::GPTConfig{};
+  nn::GPTConfig gpt_config =
+      info.task == cli::ModelTask::kLanguageModel && a.model != "gpt2" ? cli::gpt_config(a.model) : nn::GPTConfig{};
   if (b.embed > 0) {
     if (a.model != "gpt")
       throw UsageError("--embed sets the width of the gpt model; model " + a.model + " has a fixed architecture");
@@ -56,7 +57,7 @@ int run_bench(const BenchArgs& b) {
   }
   LoadedData data = load_data(spec, info, a.seed);
 
-  std::shared_ptr<nn::Module> model = b.embed > 0 ? cli::make_gpt(gpt_config, a.seed) : cli::make_model(a.model, a.seed);
+  std::shared_ptr<nn::Module> model = b.embed > 0 ? cli::make_gpt(gpt_config, a.seed) : make_run_model(a);
   if (a.checkpoint_activations) nn::set_activation_checkpointing(*model, true);
   model->to(device);
   train::TrainerOptions o = trainer_options(a, precision, train::parse_param_dtype(a.master_weights));

@@ -2,6 +2,7 @@
 #include <mixtrain/error.h>
 #include <mixtrain/io/checkpoint.h>
 #include <mixtrain/io/file.h>
+#include <mixtrain/io/hf_gpt2.h>
 #include <mixtrain/io/safetensors.h>
 #include "models.h"
 
@@ -67,12 +68,16 @@ CLI::App* add_train_command(CLI::App& app, RunArgs& args) {
 train::TrainSummary run_training(const RunArgs& args, train::Precision precision, DType param_dtype,
                                  const LoadedData& data, const std::string& out_dir, const std::string& label,
                                  RunCurves* curves) {
-  auto model = cli::make_model(args.model, args.seed);
+  auto model = make_run_model(args);
   if (args.checkpoint_activations) nn::set_activation_checkpointing(*model, true);
   model->to(parse_device(args.device));  // the Trainer moves each batch to the model's device
   train::TrainerOptions o = trainer_options(args, precision, param_dtype);
   if (dist::launched_by_mpi()) o.process_group = &dist::world();
   o.out_dir = out_dir;
+  if (args.model == "gpt2")  // weights as transformers reads them, config.json beside
+    o.save_model = [](const nn::Module& m, const std::string& dir, const std::map<std::string, std::string>& meta) {
+      io::save_hf_gpt2(dynamic_cast<const nn::GPT2&>(m), dir, meta);
+    };
   Progress progress(label, args.batch_size, Progress::stdout_is_terminal());
   progress.attach(o);
   if (curves != nullptr) {
@@ -144,6 +149,15 @@ int run_train(const RunArgs& in) {
               a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(), batch.c_str(), a.lr,
               describe_lr_decay(a).c_str(), a.weight_decay, static_cast<unsigned long long>(a.seed), threads,
               world == 1 ? "" : " per process");
+  if (a.model == "gpt2") {
+    std::vector<std::string> notes;
+    const nn::GPT2Config c = run_gpt2_config(a, &notes);
+    std::printf("gpt2 %s: vocabulary %lld, %lld positions, C %lld, %lld layers, %lld heads\n",
+                a.init_from.empty() ? ("config " + a.gpt2_config).c_str() : ("from " + a.init_from).c_str(),
+                static_cast<long long>(c.vocab_size), static_cast<long long>(c.n_positions),
+                static_cast<long long>(c.n_embd), static_cast<long long>(c.n_layer), static_cast<long long>(c.n_head));
+    for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
+  }
   std::printf("cpu %s\n", cpu::describe().c_str());
   std::printf("products %s\n", train::products(precision, parse_device(a.device)).c_str());
   std::fflush(stdout);
@@ -158,8 +172,8 @@ int run_train(const RunArgs& in) {
   if (s.gflops) std::printf(", %.1f GFLOP/s", *s.gflops);
   std::printf("\n  peak memory    %s\n", human_bytes(static_cast<double>(s.peak_bytes)).c_str());
   std::printf("  skipped steps  %lld, final scale %g\n", static_cast<long long>(s.skipped_steps), s.final_scale);
-  std::printf("  wrote          %s/{metrics.jsonl, summary.json, model.safetensors, checkpoint.safetensors}\n",
-              a.out.c_str());
+  std::printf("  wrote          %s/{metrics.jsonl, summary.json, model.safetensors, checkpoint.safetensors%s}\n",
+              a.out.c_str(), a.model == "gpt2" ? ", config.json" : "");
   if (!a.numerics_report.empty()) {
     const bool plotted = plot_numerics(a.numerics_report);
     std::printf("  numerics       %s/report.md%s\n", a.numerics_report.c_str(), plotted ? ", numerics.png" : "");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "mixtrain/nn/generation.h"
 
 namespace mixtrain::cli {
 
@@ -22,15 +23,26 @@ struct BenchArgs {
   bool json = false;
 };
 
+struct GenerateArgs {
+  RunArgs run;  // model, gpt2_config, precision, device, threads
+  std::string weights;
+  std::string prompt;
+  std::vector<int64_t> tokens;
+  nn::GenerateOptions options;
+  bool json = false;
+};
+
 CLI::App* add_train_command(CLI::App& app, RunArgs& args);
 CLI::App* add_compare_command(CLI::App& app, CompareArgs& args);
 CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
 CLI::App* add_inspect_command(CLI::App& app, std::string& file);
+CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
 
 int run_train(const RunArgs& args);
 int run_compare(const CompareArgs& args);
 int run_bench(const BenchArgs& args);
 int run_inspect(const std::string& file);
+int run_generate(const GenerateArgs& args);
 
 // What a run reports as it goes, for compare's plots: every step's loss and, per finished epoch,
 // the evaluation's accuracy (NaN when the epoch was not evaluated or the task has none).

@@ -1,4 +1,4 @@
-// mixtrain: the command-line tool. Subcommands train, compare, bench and inspect (commands.h).
+// mixtrain: the command-line tool. Subcommands train, compare, bench, inspect and generate (commands.h).
 //
 // Errors are one line on stderr and a non-zero exit: CLI11's message for a bad flag (its exit
 // code), "mixtrain: error: ..." with 2 for a bad combination of flags, 3 when training diverged
@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
     if (inv.compare_cmd->parsed()) return cli::run_compare(inv.compare);
     if (inv.bench_cmd->parsed()) return cli::run_bench(inv.bench);
     if (inv.inspect_cmd->parsed()) return cli::run_inspect(inv.inspect_file);
+    if (inv.generate_cmd->parsed()) return cli::run_generate(inv.generate);
   } catch (const mixtrain::train::NonFiniteError& e) {
     return fail(3, one_line(e.what()));
   } catch (const cli::UsageError& e) {

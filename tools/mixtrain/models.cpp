@@ -103,6 +103,23 @@ ModelInfo gpt_model_info(const GPTConfig& c) {
           .flops_per_sample = train_flops(macs_per_sequence)};
 }
 
+ModelInfo gpt2_model_info(const GPT2Config& c) {
+  const int64_t C = c.n_embd, V = c.vocab_size, T = c.n_positions, L = c.n_layer, W = c.mlp_width();
+  // As gpt_model_info: the projections and MLP per token, causal attention C*T*(T+1) per sequence
+  // and layer, and the tied head T * C * V.
+  const int64_t macs_per_sequence = L * (T * (C * 3 * C + C * C + 2 * C * W) + C * T * (T + 1)) + T * C * V;
+  return {.name = "gpt2",
+          .description = concat("GPT-2: vocabulary ", V, ", ", T, " positions, C ", C, ", ", L, " pre-norm blocks, ",
+                                c.n_head, " heads, MLP ", W, " GELU (tanh), final LayerNorm, head tied to the token "
+                                "embedding"),
+          .task = ModelTask::kLanguageModel,
+          .sample_shape = {T},
+          .input_dtype = kInt64,
+          .num_outputs = V,
+          .num_parameters = nn::num_parameters(c),
+          .flops_per_sample = train_flops(macs_per_sequence)};
+}
+
 namespace {
 
 const std::vector<ModelInfo>& all_models() {
@@ -112,6 +129,7 @@ const std::vector<ModelInfo>& all_models() {
     ModelInfo small = gpt_model_info(gpt_config("gpt-small"));
     small.name = "gpt-small";
     m.push_back(small);
+    m.push_back(gpt2_model_info(GPT2Config::small()));
     return m;
   }();
   return models;
@@ -142,12 +160,22 @@ std::shared_ptr<Module> make_model(const std::string& name, uint64_t seed) {
   if (info.name == "mlp") return make_mlp(512, 256, &g);
   if (info.name == "mlp-wide") return make_mlp(1024, 1024, &g);
   if (info.name == "cnn") return make_cnn(&g);
+  if (info.name == "gpt2") return make_gpt2(GPT2Config::small(), seed);
   return make_gpt(gpt_config(info.name), seed);
 }
 
 std::shared_ptr<Module> make_gpt(const GPTConfig& config, uint64_t seed) {
   Generator g(seed);
   return std::make_shared<GPT>(config, &g);
+}
+
+}  // namespace mixtrain::cli
+
+namespace mixtrain::cli {
+
+std::shared_ptr<Module> make_gpt2(const GPT2Config& config, uint64_t seed) {
+  Generator g(seed);
+  return std::make_shared<GPT2>(config, &g);
 }
 
 }  // namespace mixtrain::cli

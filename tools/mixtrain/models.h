@@ -8,6 +8,8 @@
 //   gpt       GPT(vocab 256, context 128, C 256, 4 layers, 4 heads, MLP 4C, GELU), see nn/gpt.h
 //   gpt-small GPT(vocab 256, context 1024, C 768, 12 layers, 12 heads, MLP 4C, GELU): GPT-2 small's
 //             shape with a byte vocabulary, the GPU benchmark of docs/cuda.md (85M parameters)
+//   gpt2      nn::GPT2: GPT-2 as Hugging Face has it (BPE vocabulary 50257, learned positions, tied
+//             head); GPT-2 small (124M) unless --gpt2-config or --init-from gives another config
 //
 // mlp, mlp-wide and cnn are Sequentials (keys "0.weight", ...); gpt and gpt-small are nn::GPT.
 #pragma once
@@ -19,6 +21,7 @@
 
 #include "mixtrain/dtype.h"
 #include "mixtrain/nn/gpt.h"
+#include "mixtrain/nn/gpt2.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/shape.h"
 
@@ -59,11 +62,16 @@ nn::GPTConfig gpt_config(const std::string& name);
 // nn::GPTConfig's); used to size FLOP counts for GPTs of other widths, e.g. in scaling benchmarks.
 ModelInfo gpt_model_info(const nn::GPTConfig& config);
 
+// The ModelInfo of a GPT-2 of `config` named "gpt2", on sequences of n_positions tokens.
+ModelInfo gpt2_model_info(const nn::GPT2Config& config);
+
 // Builds the model with its PyTorch-default initialisation drawn from Generator(seed): the same
 // name and seed give bit-identical parameters on every machine and thread count.
 std::shared_ptr<nn::Module> make_model(const std::string& name, uint64_t seed = 0);
 // A GPT of any configuration, initialised from Generator(seed) as make_model("gpt", seed) is for
 // the default one (describe it with gpt_model_info).
 std::shared_ptr<nn::Module> make_gpt(const nn::GPTConfig& config, uint64_t seed = 0);
+// A GPT-2 of `config` with Hugging Face's initialisation drawn from Generator(seed).
+std::shared_ptr<nn::Module> make_gpt2(const nn::GPT2Config& config, uint64_t seed = 0);
 
 }  // namespace mixtrain::cli

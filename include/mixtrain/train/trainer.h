@@ -203,6 +203,13 @@ struct TrainerOptions {
   std::vector<std::string> resume_overrides;
 
   std::string model_name = "custom";  // recorded in summary.json and model.safetensors
+  // How fit() writes the final weights into out_dir, given the model and the metadata below
+  // (model, precision, master_weights, step). Unset: out_dir/model.safetensors with the model's
+  // state_dict names. A model with a layout of its own sets it (the CLI's gpt2 writes Hugging Face's
+  // config.json and model.safetensors through io::save_hf_gpt2).
+  std::function<void(const nn::Module& model, const std::string& out_dir,
+                     const std::map<std::string, std::string>& metadata)>
+      save_model;
   std::string data_name;              // the data the run used (the CLI's --data spec), recorded in summary.json
   std::string augment_name = "none";  // names train_transform in summary.json ("flip", ...)
   int64_t flops_per_sample = 0;       // training FLOPs per sample; > 0 adds gflops to the summary
