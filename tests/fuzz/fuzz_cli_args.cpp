@@ -1,6 +1,7 @@
 // libFuzzer harness: the mixtrain command line. The input is split at NUL bytes into at most 24
 // arguments after "mixtrain"; they are parsed with the real app and, when the parse succeeds, put
-// through the checks a subcommand makes before loading data. Nothing is trained or read.
+// through the checks a subcommand makes before loading data. Nothing is trained; the only files read
+// are the GPT-2 config.json files that --gpt2-config and --init-from name (bounded, parsed as hostile).
 #include <mixtrain/error.h>
 
 #include <string>
