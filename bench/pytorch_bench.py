@@ -3,6 +3,7 @@
 synthetic data and prints one JSON object with the keys `mixtrain bench --json` prints.
 
   python3 bench/pytorch_bench.py --model gpt --precision bf16 --batch-size 16 --threads 2
+  python3 bench/pytorch_bench.py --model gpt2 --context 256 --batch-size 4 --precision bf16   # needs transformers
 
 Precisions: fp32; bf16 = torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss
 (PyTorch's CPU autocast); fp16 = torch.autocast("cpu", dtype=torch.float16) with
@@ -16,7 +17,10 @@ counterpart of `mixtrain bench --find-nonfinite-origin`).
 Data path: like `mixtrain bench`, every step trains on a new batch: a synthetic dataset of
 (warmup + steps) x batch examples is made up front and each step gathers its batch from it by a
 seeded random permutation (mixtrain's DataLoader gathers shuffled examples the same way).
-Models come from pytorch_models.py (the same architectures and parameter names as mixtrain's).
+Models come from pytorch_models.py (the same architectures and parameter names as mixtrain's);
+gpt2 is transformers' GPT2LMHeadModel of GPT-2 small's config with mixtrain's gpt2 dropout
+(embedding and residual 0.1; attention-probability dropout 0, as mixtrain applies none), trained on
+sequences of --context tokens.
 peak_bytes is the process's peak resident set growth over the timed steps (ru_maxrss), which
 includes PyTorch's allocator caching; it is not comparable byte for byte with mixtrain's tracked
 tensor bytes and the driver labels it so.
@@ -37,8 +41,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_models  # noqa: E402
 
 
-def dataset_for(model_name, size, gen):
+def dataset_for(model_name, size, gen, context=None):
     """Synthetic inputs and labels shaped like the model's real data, `size` examples."""
+    if model_name == "gpt2":
+        tokens = torch.randint(0, 50257, (size, context + 1), generator=gen)
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     if model_name == "gpt":
         tokens = torch.randint(0, pytorch_models.GPT_VOCAB, (size, pytorch_models.GPT_CONTEXT + 1), generator=gen)
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
@@ -66,7 +73,10 @@ def gemm_ms_per_step(step, first, steps):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=pytorch_models.MODEL_NAMES, default="mlp")
+    p.add_argument("--model", choices=pytorch_models.MODEL_NAMES + ("gpt2",), default="mlp")
+    p.add_argument("--context", type=int, default=1024, help="gpt2 only: tokens per sequence")
+    p.add_argument("--checkpoint-activations", action="store_true",
+                   help="gpt2 only: transformers' gradient checkpointing (each block recomputed in backward)")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
@@ -90,13 +100,19 @@ def main():
     kwargs = {}
     if args.model == "gpt" and args.embed:
         kwargs["embed_dim"] = args.embed
-    model = pytorch_models.build_model(args.model, **kwargs)
+    if args.model == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        model = GPT2LMHeadModel(GPT2Config(attn_pdrop=0.0, resid_pdrop=0.1, embd_pdrop=0.1))
+        if args.checkpoint_activations:
+            model.gradient_checkpointing_enable()
+    else:
+        model = pytorch_models.build_model(args.model, **kwargs)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     forward = torch.compile(model) if args.compile else model
     gen = torch.Generator().manual_seed(args.seed)
     total = args.batch_size * (args.warmup + args.steps)
-    data_x, data_y = dataset_for(args.model, total, gen)
+    data_x, data_y = dataset_for(args.model, total, gen, args.context)
     order = torch.randperm(total, generator=gen)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = torch.amp.GradScaler("cpu") if args.precision == "fp16" else None
@@ -113,6 +129,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
             out = forward(x)
+            if args.model == "gpt2":
+                out = out.logits
             loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -146,6 +164,8 @@ def main():
         "detect_anomaly": args.detect_anomaly,
         "cpu_capability": torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "n/a",
         "batch_size": args.batch_size,
+        "context": args.context if args.model == "gpt2" else None,
+        "checkpoint_activations": args.checkpoint_activations,
         "threads": torch.get_num_threads(),
         "steps": args.steps,
         "step_ms_median": med,

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""GPT-2 small (124M) training steps: `mixtrain bench --model gpt2` against transformers'
+GPT2LMHeadModel in PyTorch eager and torch.compile (bench/pytorch_bench.py --model gpt2), per
+precision, alternating the frameworks in each repetition; then mixtrain's peak memory per precision
+with and without activation checkpointing. Prints markdown tables; --json FILE keeps the raw runs.
+
+    /tmp/venv/bin/python bench/gpt2/bench_gpt2.py [--build build] [--batch-size 2] [--context 256]
+        [--steps 4] [--warmup 2] [--reps 1] [--no-compile] [--json runs/gpt2-bench.json]
+
+Both sides: AdamW (lr 1e-3, weight decay 0.01), embedding and residual dropout 0.1, no attention
+dropout, a new synthetic batch of random tokens every step, bf16/fp16 under autocast (fp16 with a
+GradScaler). A cell is the median over repetitions of each run's median step. Memory: mixtrain's
+peak tracked tensor bytes (weights, gradients, optimizer state, activations) and, for every run, the
+process's maximum resident set size.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    # ru_maxrss of the children is the largest of any child so far: only a new maximum is this run's.
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out["max_rss_bytes"] = after * 1024 if after > before else None
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--batch-size", type=int, default=2)
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    cli = os.path.join(a.build, "tools/mixtrain/mixtrain")
+    common = ["--batch-size", str(a.batch_size), "--steps", str(a.steps), "--warmup", str(a.warmup),
+              "--threads", str(a.threads)]
+    mt = lambda p, *extra: [cli, "bench", "--model", "gpt2", "--context", str(a.context), "--precision", p, "--json",
+                            *common, *extra]
+    pt = lambda p, *extra: [sys.executable, os.path.join(ROOT, "bench/pytorch_bench.py"), "--model", "gpt2",
+                            "--context", str(a.context), "--precision", p, *common, *extra]
+    sides = [("mixtrain", mt), ("PyTorch eager", pt)]
+    if not a.no_compile:
+        sides.append(("torch.compile", lambda p: pt(p, "--compile")))
+    runs = []
+    for rep in range(a.reps):
+        for p in ("fp32", "bf16", "fp16"):
+            for name, cmd in sides:
+                r = run(cmd(p))
+                r.update(side=name, precision=p, rep=rep)
+                runs.append(r)
+                print(f"{name:14s} {p}: {r['step_ms_median']:.0f} ms", file=sys.stderr, flush=True)
+    cpu = next((r["cpu"] for r in runs if "cpu" in r), "?")
+    print(f"GPT-2 small (124M), batch {a.batch_size} x {a.context} tokens, {a.threads} threads, CPU: {cpu}\n")
+    print("| precision | " + " | ".join(n for n, _ in sides) + " | mixtrain vs " +
+          " | mixtrain vs ".join(n for n, _ in sides[1:]) + " |")
+    print("|---" * (2 * len(sides)) + "|")
+    med = {}
+    for p in ("fp32", "bf16", "fp16"):
+        for n, _ in sides:
+            med[p, n] = statistics.median(r["step_ms_median"] for r in runs if r["precision"] == p and r["side"] == n)
+        cells = [f"{med[p, n] / 1e3:.2f} s" for n, _ in sides]
+        ratios = [f"{med[p, n] / med[p, 'mixtrain']:.2f}x" for n, _ in sides[1:]]
+        print(f"| {p} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    print("\n(ratio: the other side's step time over mixtrain's; above 1 means mixtrain is faster)\n")
+
+    print("| mixtrain run | peak tensor bytes | vs fp32 | max RSS | step |")
+    print("|---|---:|---:|---:|---:|")
+    mem = []
+    for label, extra in (("fp32", ["fp32"]), ("fp32, checkpointed", ["fp32", "--checkpoint-activations"]),
+                         ("bf16", ["bf16"]), ("bf16, checkpointed", ["bf16", "--checkpoint-activations"]),
+                         ("bf16 params, stochastic rounding, checkpointed",
+                          ["bf16", "--checkpoint-activations", "--master-weights", "bf16", "--weight-update",
+                           "stochastic"])):
+        r = run(mt(extra[0], *extra[1:]))
+        r.update(label=label)
+        mem.append(r)
+    base = mem[0]["peak_bytes"]
+    for r in mem:
+        rss = f"{r['max_rss_bytes'] / 2**30:.2f} GiB" if r["max_rss_bytes"] else "-"
+        print(f"| {r['label']} | {r['peak_bytes'] / 2**30:.2f} GiB | {r['peak_bytes'] / base:.2f}x | {rss} | "
+              f"{r['step_ms_median'] / 1e3:.2f} s |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"steps": runs, "memory": mem}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
