@@ -108,7 +108,9 @@ int run_bench(const BenchArgs& b) {
                               {"precision", a.precision},
                               {"scaler", s.scaler},
                               {"master_weights", s.master_weights},
-                              {"embed", info.task == cli::ModelTask::kLanguageModel ? gpt_config.embed_dim : 0},
+                              {"embed", a.model == "gpt2" ? run_gpt2_config(a).n_embd
+                                        : info.task == cli::ModelTask::kLanguageModel ? gpt_config.embed_dim
+                                                                                      : 0},
                               {"parameters", info.num_parameters},
                               {"batch_size", a.batch_size},
                               {"world_size", s.world_size},
