@@ -2,7 +2,8 @@
 """GPT-2 small (124M) training steps: `mixtrain bench --model gpt2` against transformers'
 GPT2LMHeadModel in PyTorch eager and torch.compile (bench/pytorch_bench.py --model gpt2), per
 precision, alternating the frameworks in each repetition; then mixtrain's peak memory per precision
-with and without activation checkpointing. Prints markdown tables; --json FILE keeps the raw runs.
+with and without activation checkpointing, at GPT-2's context (batch 4 x 1024 tokens, one timed
+step). Prints markdown tables; --json FILE keeps the raw runs.
 
     /tmp/venv/bin/python bench/gpt2/bench_gpt2.py [--build build] [--batch-size 2] [--context 256]
         [--steps 4] [--warmup 2] [--reps 1] [--no-compile] [--json runs/gpt2-bench.json]
@@ -16,22 +17,26 @@ process's maximum resident set size.
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(cmd):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    r = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    # ru_maxrss of the children is the largest of any child so far: only a new maximum is this run's.
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out["max_rss_bytes"] = after * 1024 if after > before else None
-    return out
+    """Runs cmd, returns its last stdout line as JSON with max_rss_bytes (this process's, from wait4)."""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            raise SystemExit(f"bench_gpt2: {' '.join(cmd)} failed ({p.returncode})")
+        out.seek(0)
+        result = json.loads(out.read().strip().splitlines()[-1])
+    result["max_rss_bytes"] = usage.ru_maxrss * 1024
+    return result
 
 
 def main():
@@ -44,6 +49,9 @@ def main():
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--memory-batch", type=int, default=4, help="the memory runs' batch (GPT-2's context: 1024)")
+    ap.add_argument("--memory-context", type=int, default=1024)
+    ap.add_argument("--skip-steps", action="store_true", help="only the memory table")
     ap.add_argument("--json")
     a = ap.parse_args()
     cli = os.path.join(a.build, "tools/mixtrain/mixtrain")
@@ -57,13 +65,24 @@ def main():
     if not a.no_compile:
         sides.append(("torch.compile", lambda p: pt(p, "--compile")))
     runs = []
-    for rep in range(a.reps):
+    for rep in range(0 if a.skip_steps else a.reps):
         for p in ("fp32", "bf16", "fp16"):
             for name, cmd in sides:
                 r = run(cmd(p))
                 r.update(side=name, precision=p, rep=rep)
                 runs.append(r)
                 print(f"{name:14s} {p}: {r['step_ms_median']:.0f} ms", file=sys.stderr, flush=True)
+    print_steps(a, sides, runs) if runs else None
+    print_memory(a, cli)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"steps": runs, "memory": MEMORY}, f, indent=1)
+
+
+MEMORY = []
+
+
+def print_steps(a, sides, runs):
     cpu = next((r["cpu"] for r in runs if "cpu" in r), "?")
     print(f"GPT-2 small (124M), batch {a.batch_size} x {a.context} tokens, {a.threads} threads, CPU: {cpu}\n")
     print("| precision | " + " | ".join(n for n, _ in sides) + " | mixtrain vs " +
@@ -77,10 +96,21 @@ def main():
         ratios = [f"{med[p, n] / med[p, 'mixtrain']:.2f}x" for n, _ in sides[1:]]
         print(f"| {p} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     print("\n(ratio: the other side's step time over mixtrain's; above 1 means mixtrain is faster)\n")
+    print("| run | max RSS |")
+    print("|---|---:|")
+    for r in runs:
+        print(f"| {r['side']} {r['precision']} | {r['max_rss_bytes'] / 2**30:.2f} GiB |")
+    print()
 
+
+def print_memory(a, cli):
+    print(f"mixtrain's memory, batch {a.memory_batch} x {a.memory_context} tokens:\n")
+    mt = lambda p, *extra: [cli, "bench", "--model", "gpt2", "--context", str(a.memory_context), "--precision", p,
+                            "--json", "--batch-size", str(a.memory_batch), "--steps", "1", "--warmup", "1",
+                            "--threads", str(a.threads), *extra]
     print("| mixtrain run | peak tensor bytes | vs fp32 | max RSS | step |")
     print("|---|---:|---:|---:|---:|")
-    mem = []
+    mem = MEMORY
     for label, extra in (("fp32", ["fp32"]), ("fp32, checkpointed", ["fp32", "--checkpoint-activations"]),
                          ("bf16", ["bf16"]), ("bf16, checkpointed", ["bf16", "--checkpoint-activations"]),
                          ("bf16 params, stochastic rounding, checkpointed",
@@ -91,12 +121,9 @@ def main():
         mem.append(r)
     base = mem[0]["peak_bytes"]
     for r in mem:
-        rss = f"{r['max_rss_bytes'] / 2**30:.2f} GiB" if r["max_rss_bytes"] else "-"
+        rss = f"{r['max_rss_bytes'] / 2**30:.2f} GiB"
         print(f"| {r['label']} | {r['peak_bytes'] / 2**30:.2f} GiB | {r['peak_bytes'] / base:.2f}x | {rss} | "
               f"{r['step_ms_median'] / 1e3:.2f} s |")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"steps": runs, "memory": mem}, f, indent=1)
 
 
 if __name__ == "__main__":
