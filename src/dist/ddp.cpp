@@ -4,8 +4,10 @@
 #include "mixtrain/dist/ddp.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
+#include "mixtrain/autograd.h"
 #include "mixtrain/error.h"
 #include "mixtrain/factory.h"
 #include "mixtrain/ops/elementwise.h"
@@ -13,7 +15,8 @@
 namespace mixtrain::dist {
 
 struct DistributedDataParallel::Bucket {
-  Tensor flat;               // fp32, the bucket's gradients back to back
+  Tensor flat;               // fp32, the bucket's gradients back to back, on the parameters' device
+  Tensor host;               // a cpu mirror of flat, reduced in its place when flat is not on the cpu
   int64_t params = 0;        // how many parameters it holds
   int64_t pending = 0;       // of those, not yet ready this backward
   std::shared_ptr<Work> work;  // the all-reduce in flight, until waited for
@@ -40,16 +43,27 @@ std::string first_difference(const std::string& a, const std::string& b) {
   }
 }
 
+// The process group reads host memory: a tensor on another device goes through a host copy.
+void broadcast_staged(ProcessGroup& group, const Tensor& t) {
+  if (t.device().is_cpu()) return group.broadcast(t, 0);
+  Tensor host = t.to(kCPU);
+  group.broadcast(host, 0);
+  NoGradGuard no_grad;
+  Tensor(t).copy_(host);
+}
+
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGroup& group, DdpOptions options)
     : module_(&module), group_(&group), options_(options) {
   MT_CHECK(options.bucket_cap_mb > 0 && options.bucket_cap_mb <= 1 << 20,
            "DistributedDataParallel: bucket_cap_mb must be in (0, 2^20], got ", options.bucket_cap_mb);
+  std::optional<Device> device;
   for (const auto& [name, p] : module.named_parameters()) {
     if (!p.requires_grad()) continue;
-    MT_CHECK(p.device().is_cpu(), "DistributedDataParallel: parameter ", name, " is on ", p.device(),
-             "; data parallelism over MPI reduces cpu gradients (NCCL for GPUs is not built yet)");
+    if (!device) device = p.device();
+    MT_CHECK(p.device() == *device, "DistributedDataParallel: parameter ", name, " is on ", p.device(),
+             " but ", names_.front(), " is on ", *device, ": a module is reduced from one device");
     MT_CHECK(p.is_contiguous(), "DistributedDataParallel: parameter ", name, " is not contiguous");
     params_.push_back(p);
     names_.push_back(name);
@@ -70,12 +84,11 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
 
   // Rank 0's values everywhere (the parameters only ever change through equal averaged gradients
   // afterwards, so they stay equal).
-  for (const Tensor& p : params_) group.broadcast(p, 0);
+  for (const Tensor& p : params_) broadcast_staged(group, p);
   if (options.broadcast_buffers)
     for (const auto& [name, b] : module.named_buffers()) {
-      MT_CHECK(b.device().is_cpu() && b.is_contiguous(), "DistributedDataParallel: buffer ", name,
-               " must be a contiguous cpu tensor");
-      group.broadcast(b, 0);
+      MT_CHECK(b.is_contiguous(), "DistributedDataParallel: buffer ", name, " must be contiguous");
+      broadcast_staged(group, b);
     }
 
   // Buckets in reverse parameter order, cut at bucket_cap_mb of fp32 (a larger tensor alone).
@@ -105,7 +118,8 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
       offset_of_[i] = n;
       n += params_[i].numel();
     }
-    bucket->flat = zeros({n}, {.dtype = kFloat32});
+    bucket->flat = zeros({n}, {.dtype = kFloat32, .device = *device});
+    if (!device->is_cpu()) bucket->host = zeros({n}, {.dtype = kFloat32});
     bucket->params = static_cast<int64_t>(bucket_params_[k].size());
     buckets_.push_back(std::move(bucket));
   }
@@ -157,7 +171,8 @@ void DistributedDataParallel::launch_ready_buckets() {
 }
 
 void DistributedDataParallel::launch(Bucket& b) {
-  b.work = group_->all_reduce_async(b.flat, ReduceOp::kSum);
+  if (b.host.defined()) b.host.copy_(b.flat);  // host-staged: the group reduces the mirror
+  b.work = group_->all_reduce_async(b.host.defined() ? b.host : b.flat, ReduceOp::kSum);
   ++stats_.buckets_reduced;
   stats_.bytes_reduced += b.flat.numel() * 4;
 }
@@ -174,6 +189,7 @@ void DistributedDataParallel::finish_gradient_sync() {
       if (b->work) {
         std::shared_ptr<Work> w = std::move(b->work);
         w->wait();
+        if (b->host.defined()) b->flat.copy_(b->host);  // the sum back on the device
       }
     stats_.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };

@@ -2,7 +2,8 @@
 #   1. 2 processes x batch 64 end with the weights of 1 process x batch 128, to a relative
 #      difference of TOL (fp32: 1e-4) -- the same 20 steps over the same samples;
 #   2. only rank 0 wrote files, and summary.json states world_size 2 and global_batch_size 128;
-#   3. a 2-process run resumed from its checkpoint ends with the weights of the uninterrupted one;
+#   3. a 2-process run resumed from its checkpoint ends with the weights of the uninterrupted one,
+#      and a 2-process run of the model moved to the checked device ends with its bytes;
 #   4. a rank that is killed ends the whole job, non-zero, within seconds (no hang).
 #   -DMIXTRAIN=path -DMPIEXEC=path -DCOMPARE=path -DWORK_DIR=dir [-DPRECISION=fp32] [-DTOL=1e-4] [-DDATA=...]
 cmake_minimum_required(VERSION 3.22)
@@ -57,6 +58,13 @@ file(REMOVE ${WORK_DIR}/resumed/model.safetensors ${WORK_DIR}/resumed/checkpoint
 run("the resumed run" ${mpi} ${MIXTRAIN} ${common} --batch-size 64 --resume ${WORK_DIR}/resumed/checkpoint-10.safetensors
     --out ${WORK_DIR}/resumed)
 run("the resumed comparison" ${COMPARE} ${WORK_DIR}/resumed/model.safetensors ${WORK_DIR}/two/model.safetensors 0)
+
+# 3b. The model on the checked device (the GPU's stand-in): host-staged buckets, the CPU run's bytes.
+set(ENV{MIXTRAIN_CHECKED_DEVICE} 1)
+run("the 2-process run on the checked device" ${mpi} ${MIXTRAIN} ${common} --batch-size 64 --device checked
+    --out ${WORK_DIR}/two_checked)
+run("the checked-device comparison" ${COMPARE} ${WORK_DIR}/two_checked/model.safetensors ${WORK_DIR}/two/model.safetensors 0)
+message(STATUS "2 processes on the checked device = 2 processes on the cpu: ${last_out}")
 
 # 4. A rank that dies: rank 1 is SIGKILLed by a watchdog 3 s in; the job must end non-zero soon.
 string(TIMESTAMP t0 "%s")

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "mixtrain/dist/ddp.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/mixtrain.h"
+#include "support/checked_device.h"
 #include "support/expect_error.h"
 
 namespace mt = mixtrain;
@@ -184,6 +186,47 @@ TEST(DdpMpi, AnInfOnOneRankMakesEveryRankSkipTheStep) {
     const mt::Tensor mine = p.detach().clone(), theirs = p.detach().clone();
     g.broadcast(theirs, 0);
     EXPECT_EQ(mine.to_vector<float>(), theirs.to_vector<float>());
+  }
+}
+
+// A model on the checked device (the GPU's stand-in, built on the CPU and moved, the default device
+// left alone) trains data-parallel through host-staged buckets to the CPU model's bits: fp32, bf16
+// autocast, and fp16 autocast with the GradScaler, over 3 AdamW steps each.
+TEST(DdpMpi, ADeviceModelTrainsToTheCpuModelsBits) {
+  MT_REQUIRE_TWO_RANKS();
+  dist::ProcessGroup& g = dist::world();
+  const mt::Device device = mt::testing::checked_device();
+  ASSERT_EQ(mt::default_device(), mt::Device{});
+  const Data d = shard(full_batch(16), g.rank(), g.size());
+  for (std::optional<mt::DType> amp : {std::optional<mt::DType>{}, std::optional<mt::DType>{mt::kBFloat16},
+                                       std::optional<mt::DType>{mt::kFloat16}}) {
+    SCOPED_TRACE(amp ? std::string(mt::to_string(*amp)) : "fp32");
+    auto train = [&](const mt::Device& where) {
+      auto model = make_model(30 + g.rank());  // differs per rank: the broadcast makes it rank 0's
+      model->to(where);
+      dist::DistributedDataParallel ddp(*model, g, {.bucket_cap_mb = 100.0 / (1024 * 1024)});
+      mt::optim::AdamW opt(model->parameters(), {.lr = 0.01});
+      mt::amp::GradScaler scaler({.enabled = amp == mt::kFloat16});
+      const mt::Tensor x = d.x.to(where), y = d.y.to(where);
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad();
+        mt::Tensor loss;
+        {
+          mt::amp::Autocast ac(where.type, amp.value_or(mt::kBFloat16), amp.has_value());
+          loss = F::cross_entropy((*model)(x), y);
+        }
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+      }
+      std::vector<std::vector<float>> out;
+      for (const mt::Tensor& p : model->parameters()) {
+        EXPECT_EQ(p.device(), where);
+        out.push_back(p.to(mt::kCPU).to_vector<float>());
+      }
+      return out;
+    };
+    EXPECT_EQ(train(device), train(mt::kCPU));
   }
 }
 

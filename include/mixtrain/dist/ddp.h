@@ -20,6 +20,11 @@
 //   averages into .grad; so when backward() returns, every rank holds the same averaged gradient,
 //   and the GradScaler's inf check (which runs after) sees an inf produced on any rank: every rank
 //   skips the same steps and keeps the same scale.
+// - Devices: the parameters may live on any one device. The buckets live there too; where the
+//   process group cannot read device memory (MPI reads host memory), each bucket has a host mirror:
+//   a full bucket is copied to the host, all-reduced there and copied back (host-staged), so the sum
+//   and the average are the same operations in the same order as for a CPU model, bit for bit.
+//   Parameters and buffers are broadcast from rank 0 through host copies the same way.
 // - no_sync(): while the guard lives, backward accumulates gradients locally and reduces nothing;
 //   the first backward after it reduces the accumulated sums (gradient accumulation).
 // - A parameter that gets no gradient in a backward is an error naming it (every rank raises it:
