@@ -62,6 +62,20 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& g) {
 
 namespace {
 
+// A model.safetensors in the model's own names, or a training checkpoint, which holds the model's
+// tensors under "model." beside the optimizer's.
+void load_weights(nn::Module& model, const std::string& path, bool checkpoint) {
+  const io::SafetensorsFile file = io::load_safetensors(path);
+  nn::StateDict dict;
+  for (const auto& [name, t] : file.tensors) {
+    if (!checkpoint)
+      dict.insert(name, t);
+    else if (name.rfind("model.", 0) == 0)
+      dict.insert(name.substr(6), t);
+  }
+  model.load_state_dict(dict);
+}
+
 // The model of `g` with its weights, on the CPU in fp32.
 std::shared_ptr<nn::Module> load_model(const GenerateArgs& g) {
   const RunArgs& a = g.run;
@@ -79,25 +93,24 @@ std::shared_ptr<nn::Module> load_model(const GenerateArgs& g) {
     // The architecture: config.json beside the file (a gpt2 run writes it), else --gpt2-config.
     const fs::path beside = fs::path(g.weights).parent_path() / "config.json";
     RunArgs with_config = a;
-    if (a.gpt2_config == "small" && fs::is_regular_file(beside)) with_config.gpt2_config = beside.string();
+    const bool guessed = a.gpt2_config == "small" && !fs::is_regular_file(beside);
+    if (a.gpt2_config == "small" && !guessed) with_config.gpt2_config = beside.string();
     model = make_gpt2(run_gpt2_config(with_config), 0);
-    if (!checkpoint) {  // a gpt2 model.safetensors is in Hugging Face's layout
-      io::load_hf_gpt2_weights(dynamic_cast<nn::GPT2&>(*model), g.weights);
+    try {
+      if (!checkpoint) {  // a gpt2 model.safetensors is in Hugging Face's layout
+        io::load_hf_gpt2_weights(dynamic_cast<nn::GPT2&>(*model), g.weights);
+        return model;
+      }
+      load_weights(*model, g.weights, checkpoint);
       return model;
+    } catch (const Error& e) {
+      if (!guessed) throw;
+      MT_FAIL(e.what(), " (there is no config.json beside the file, so the architecture was GPT-2 small's: give it ",
+              "with --gpt2-config)");
     }
-  } else {
-    model = make_run_model(a);
   }
-  // A training checkpoint holds the model's tensors under "model." beside the optimizer's.
-  const io::SafetensorsFile file = io::load_safetensors(g.weights);
-  nn::StateDict dict;
-  for (const auto& [name, t] : file.tensors) {
-    if (!checkpoint)
-      dict.insert(name, t);
-    else if (name.rfind("model.", 0) == 0)
-      dict.insert(name.substr(6), t);
-  }
-  model->load_state_dict(dict);
+  model = make_run_model(a);
+  load_weights(*model, g.weights, checkpoint);
   return model;
 }
 
