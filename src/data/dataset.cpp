@@ -18,6 +18,7 @@
 #include "mixtrain/io/file.h"
 #include "mixtrain/random.h"
 #include "data/fingerprint.h"
+#include "data/windows.h"
 
 namespace mixtrain::data {
 namespace fs = std::filesystem;
@@ -235,20 +236,8 @@ int64_t TextDataset::size() const { return (end_ - begin_ - context_ - 1) / stri
 
 Batch TextDataset::get_batch(std::span<const int64_t> indices) const {
   check_indices(indices, "TextDataset::get_batch");
-  const int64_t b = static_cast<int64_t>(indices.size()), t = context_;
-  Tensor input = Tensor::empty({b, t}, kInt64);
-  Tensor target = Tensor::empty({b, t}, kInt64);
-  int64_t* x = input.data_ptr<int64_t>();
-  int64_t* y = target.data_ptr<int64_t>();
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(text_.data()) + begin_;
-  for (int64_t k = 0; k < b; ++k) {
-    const unsigned char* src = bytes + indices[k] * stride_;
-    for (int64_t j = 0; j < t; ++j) {
-      x[k * t + j] = src[j];
-      y[k * t + j] = src[j + 1];
-    }
-  }
-  return {std::move(input), std::move(target)};
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text_.data()) + begin_;
+  return windows::batch(bytes, indices, stride_, context_);
 }
 
 Tensor TextDataset::encode(std::string_view text) {

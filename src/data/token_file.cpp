@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "data/fingerprint.h"
+#include "data/windows.h"
 #include "mixtrain/error.h"
 #include "mixtrain/io/file.h"
 
@@ -77,19 +78,7 @@ int64_t TokenFileDataset::size() const { return (num_tokens() - context_ - 1) / 
 
 Batch TokenFileDataset::get_batch(std::span<const int64_t> indices) const {
   check_indices(indices, "TokenFileDataset::get_batch");
-  const int64_t b = static_cast<int64_t>(indices.size()), t = context_;
-  Tensor input = Tensor::empty({b, t}, kInt64);
-  Tensor target = Tensor::empty({b, t}, kInt64);
-  int64_t* x = input.data_ptr<int64_t>();
-  int64_t* y = target.data_ptr<int64_t>();
-  for (int64_t k = 0; k < b; ++k) {
-    const uint16_t* src = tokens_.data() + indices[k] * stride_;
-    for (int64_t j = 0; j < t; ++j) {
-      x[k * t + j] = src[j];
-      y[k * t + j] = src[j + 1];
-    }
-  }
-  return {std::move(input), std::move(target)};
+  return windows::batch(tokens_.data(), indices, stride_, context_);
 }
 
 uint64_t TokenFileDataset::fingerprint() const {

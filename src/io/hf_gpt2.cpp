@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <set>
 
 #include "io/json_input.h"
@@ -52,7 +51,6 @@ class ConfigReader {
   ConfigReader(const json& j, const std::string& source) : j_(j), source_(source) {}
 
   const json* find(const char* key) {
-    seen_.insert(key);
     const auto it = j_.find(key);
     return it == j_.end() ? nullptr : &*it;
   }
@@ -93,7 +91,6 @@ class ConfigReader {
  private:
   const json& j_;
   const std::string& source_;
-  std::set<std::string> seen_;
 };
 
 }  // namespace
