@@ -3,6 +3,7 @@
 #include "mixtrain/dist/process_group.h"
 
 #include <charconv>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,8 +29,9 @@ namespace {
 
 void check_cpu_contiguous(const Tensor& tensor, const char* what) {
   MT_CHECK(tensor.defined(), "dist: ", what, " of an undefined tensor");
-  MT_CHECK(tensor.device().is_cpu(), "dist: ", what, " needs a cpu tensor; NCCL for GPUs is not built yet (this ",
-           tensor.dtype(), " tensor of shape ", tensor.shape(), " is on ", tensor.device(), ")");
+  MT_CHECK(tensor.device().is_cpu(), "dist: ", what, " needs a cpu tensor (this ", tensor.dtype(),
+           " tensor of shape ", tensor.shape(), " is on ", tensor.device(),
+           "): copy it to the host, or let DistributedDataParallel reduce a device model's gradients");
   MT_CHECK(tensor.is_contiguous(), "dist: ", what, " needs a contiguous tensor, got shape ", tensor.shape(),
            " with strides ", tensor.strides(), ": reduce a .contiguous() copy and copy it back");
 }
@@ -60,6 +62,17 @@ void check_broadcast(const Tensor& tensor, int root, int size) {
   check_cpu_contiguous(tensor, "broadcast");
   MT_CHECK(root >= 0 && root < size, "dist: broadcast root ", root, " is not a rank of this group of ", size,
            " (ranks 0..", size - 1, ")");
+}
+
+void check_all_gather(const Tensor& input, const Tensor& output, int size) {
+  check_cpu_contiguous(input, "all_gather input");
+  check_cpu_contiguous(output, "all_gather output");
+  MT_CHECK(input.dtype() == output.dtype(), "dist: all_gather of a ", input.dtype(), " input into a ", output.dtype(),
+           " output: they must have one dtype");
+  MT_CHECK(output.numel() == input.numel() * size, "dist: all_gather of ", input.numel(), " elements per rank over ",
+           size, " ranks needs an output of ", input.numel() * size, " elements, got ", output.numel());
+  MT_CHECK(input.nbytes() <= static_cast<size_t>(INT_MAX), "dist: all_gather of ", input.nbytes(),
+           " bytes per rank: at most 2 GiB per call, gather it in pieces");
 }
 
 int launcher_world_size() {
@@ -94,6 +107,11 @@ class SingleProcessGroup final : public ProcessGroup {
   void barrier() override {}
   std::vector<int64_t> all_gather(int64_t value) override { return {value}; }
   std::vector<std::string> all_gather(const std::string& value) override { return {value}; }
+  void all_gather(const Tensor& input, const Tensor& output) override {
+    check_all_gather(input, output, 1);
+    if (input.raw_data() != output.raw_data()) std::memcpy(output.raw_data(), input.raw_data(), input.nbytes());
+    output.bump_version();
+  }
   [[noreturn]] void abort(int exit_code, const std::string& why) override {
     std::fprintf(stderr, "mixtrain: aborting: %s\n", why.c_str());
     std::fflush(nullptr);

@@ -13,6 +13,8 @@ namespace mixtrain::dist::detail {
 // Throws mt::Error unless `tensor` can be all-reduced with `op`: defined, on the CPU, contiguous,
 // a supported dtype, and floating for kAvg.
 void check_all_reduce(const Tensor& tensor, ReduceOp op);
+// Throws mt::Error unless `input` can be all-gathered into `output` in a group of `size` ranks.
+void check_all_gather(const Tensor& input, const Tensor& output, int size);
 // Throws mt::Error unless `tensor` can be broadcast from `root` in a group of `size` ranks.
 void check_broadcast(const Tensor& tensor, int root, int size);
 

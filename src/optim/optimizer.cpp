@@ -59,6 +59,16 @@ std::vector<std::pair<std::string, Tensor>> ParamState::named_tensors() const {
   return out;
 }
 
+Tensor* ParamState::state_dict_entry(std::string_view key) {
+  if (key == "master") return &master;
+  if (key == "momentum_buffer") return &momentum_buffer;
+  if (key == "exp_avg") return &exp_avg;
+  if (key == "exp_avg_sq") return &exp_avg_sq;
+  if (key == "max_exp_avg_sq") return &max_exp_avg_sq;
+  if (key == "kahan_comp") return &kahan_comp;
+  return nullptr;
+}
+
 ParamState ParamState::clone() const {
   NoGradGuard no_grad;
   auto copy = [](const Tensor& t) { return t.defined() ? t.clone() : Tensor(); };
@@ -159,11 +169,15 @@ void Optimizer::step_all(float inv_scale) {
                         &s.kahan_comp})
         if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
     }
-  for (size_t g = 0; g < groups_.size(); ++g) step_group(g, inv_scale);
+  update(inv_scale);
   // The parameters with a gradient changed in place: a retained graph that saved one must notice.
   for (const ParamGroup& g : groups_)
     for (const Tensor& p : g.params)
       if (p.grad().defined()) p.bump_version();
+}
+
+void Optimizer::update(float inv_scale) {
+  for (size_t g = 0; g < groups_.size(); ++g) step_group(g, inv_scale);
 }
 
 void Optimizer::step() { step_all(1.0f); }

@@ -59,6 +59,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"steps_this_run", steps_this_run},
             {"batch_size", batch_size},
             {"world_size", world_size},
+            {"zero_stage", zero_stage},
             {"global_batch_size", global_batch_size},
             {"test_accuracy", opt(test_accuracy)},
             {"test_loss", opt(test_loss)},
@@ -77,6 +78,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"num_parameters", num_parameters},
             {"model_state_bytes", model_state_bytes},
             {"model_state_bytes_per_param", model_state_bytes_per_param},
+            {"optimizer_state_bytes", optimizer_state_bytes},
             {"seed", seed},
             {"lr", lr},
             {"lr_decay", lr_decay},
@@ -113,6 +115,7 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.steps_this_run = run.steps;
   s.batch_size = options_.batch_size;
   s.world_size = world_size();
+  s.zero_stage = zero_ != nullptr ? 1 : 0;
   s.global_batch_size = options_.batch_size * world_size();
   if (last_eval_) {
     s.test_accuracy = last_eval_->accuracy;
@@ -140,6 +143,7 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   const optim::ModelStateBytes state = optimizer_->model_state_bytes();
   s.model_state_bytes = state.total();
   s.model_state_bytes_per_param = state.bytes_per_param();
+  s.optimizer_state_bytes = optimizer_->state_bytes().total();
   s.seed = options_.seed;
   s.lr = optimizer_->lr(0);
   s.resumed_from = resumed_from_;

@@ -5,6 +5,7 @@
 
 #include "kernels/linalg.h"
 #include "mixtrain/error.h"
+#include "mixtrain/dist/zero.h"
 #include "mixtrain/optim/adam.h"
 
 namespace mixtrain::train {
@@ -127,6 +128,9 @@ void prepare_model(nn::Module& model, const PrecisionConfig& config) {
 
 void prepare_optimizer(optim::Optimizer& optimizer, const PrecisionConfig& config) {
   validate(config);
+  // A sharded optimizer's state lives in its rank's local optimizer: prepare that one.
+  if (auto* zero = dynamic_cast<dist::ZeroRedundancyOptimizer*>(&optimizer))
+    return prepare_optimizer(zero->local_optimizer(), config);
   if (config.weight_update != WeightUpdate::kMaster) {
     auto* adam = dynamic_cast<optim::Adam*>(&optimizer);
     MT_CHECK(adam != nullptr, "--weight-update ", to_string(config.weight_update), " is implemented for Adam/AdamW, ",

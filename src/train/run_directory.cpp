@@ -24,7 +24,36 @@ namespace {
 constexpr const char* kRunFiles[] = {"metrics.jsonl", "summary.json", "model.safetensors", "checkpoint.safetensors",
                                      "config.json"};
 
-// The step of "checkpoint-<step>.safetensors", or -1 for another name.
+constexpr std::string_view kSafetensors = ".safetensors";
+constexpr std::string_view kShardInfix = ".zero-";
+
+// The checkpoint file a ZeRO-1 shard name belongs to ("checkpoint-40.safetensors" for
+// "checkpoint-40.zero-1-of-2.safetensors"), "" for any other name.
+std::string shard_owner(const std::string& name) {
+  const size_t at = name.find(kShardInfix);
+  if (at == std::string::npos || name.size() < kSafetensors.size() ||
+      name.compare(name.size() - kSafetensors.size(), kSafetensors.size(), kSafetensors) != 0)
+    return "";
+  const std::string owner = name.substr(0, at) + std::string(kSafetensors);
+  return owner == "checkpoint.safetensors" || periodic_checkpoint_step(owner) >= 0 ? owner : "";
+}
+
+// Removes checkpoint file `name` of `dir` and its shards.
+void remove_checkpoint(const fs::path& dir, const std::string& name) {
+  std::vector<fs::path> doomed;  // collected first: removing while iterating is unspecified
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    if (shard_owner(e.path().filename().string()) == name) doomed.push_back(e.path());
+  for (const fs::path& p : doomed) fs::remove(p);
+  fs::remove(dir / name);
+}
+
+bool is_run_file(const std::string& name) {
+  return periodic_checkpoint_step(name) >= 0 || !shard_owner(name).empty() ||
+         std::any_of(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) { return name == f; });
+}
+
+}  // namespace
+
 int64_t periodic_checkpoint_step(const std::string& name) {
   constexpr std::string_view kPrefix = "checkpoint-", kSuffix = ".safetensors";
   if (name.size() <= kPrefix.size() + kSuffix.size() || name.rfind(kPrefix, 0) != 0 ||
@@ -36,12 +65,14 @@ int64_t periodic_checkpoint_step(const std::string& name) {
   return std::stoll(digits);
 }
 
-bool is_run_file(const std::string& name) {
-  return periodic_checkpoint_step(name) >= 0 ||
-         std::any_of(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) { return name == f; });
-}
 
-}  // namespace
+std::string zero_shard_path(const std::string& checkpoint_path, int rank, int world) {
+  std::string stem = checkpoint_path;
+  if (stem.size() >= kSafetensors.size() &&
+      stem.compare(stem.size() - kSafetensors.size(), kSafetensors.size(), kSafetensors) == 0)
+    stem.resize(stem.size() - kSafetensors.size());
+  return mixtrain::detail::concat(stem, kShardInfix, rank, "-of-", world, kSafetensors);
+}
 
 std::string periodic_checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / ("checkpoint-" + std::to_string(step) + ".safetensors")).string();
@@ -85,7 +116,10 @@ void prepare_out_dir(const std::string& out_dir, bool overwrite, const std::stri
   if (own) {
     // Periodic checkpoints past the resumed step belong to the continuation this run replaces.
     for (const std::string& name : names)
-      if (periodic_checkpoint_step(name) > resumed_step) fs::remove(dir / name);
+      if (periodic_checkpoint_step(name) > resumed_step) remove_checkpoint(dir, name);
+    // Shards of a checkpoint whose writing was interrupted (its file never appeared).
+    for (const std::string& name : names)
+      if (periodic_checkpoint_step(shard_owner(name)) > resumed_step && fs::exists(dir / name)) fs::remove(dir / name);
   } else if (!names.empty()) {
     if (!overwrite) {
       std::string list;
@@ -109,7 +143,8 @@ void remove_old_checkpoints(const std::string& dir, int64_t keep) {
   }
   std::sort(steps.begin(), steps.end());
   const auto kept = static_cast<size_t>(keep);
-  for (size_t i = 0; i + kept < steps.size(); ++i) fs::remove(periodic_checkpoint_path(dir, steps[i]));
+  for (size_t i = 0; i + kept < steps.size(); ++i)
+    remove_checkpoint(dir, fs::path(periodic_checkpoint_path(dir, steps[i])).filename().string());
 }
 
 }  // namespace mixtrain::train::detail

@@ -100,6 +100,7 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const data::Dat
                  const data::Dataset* eval_data, TrainerOptions options)
     : Trainer(model, train_data, eval_data, std::move(options)) {
   optimizer_ = &optimizer;
+  adopt_optimizer();
   base_lr_ = optimizer.lr(0);
   // Mode (b) needs masters, which the optimizer creates only for parameters that were already
   // 16-bit when it was built: converting afterwards would leave it updating 16-bit values directly.
@@ -118,14 +119,36 @@ Trainer::Trainer(nn::Module& model, const OptimizerFactory& make_optimizer, cons
   prepare_model(model, options_.precision);
   std::vector<optim::NamedParameter> params;
   for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
-  owned_optimizer_ = make_optimizer(std::move(params));
+  if (options_.zero_stage == 1) {
+    dist::ProcessGroup* group = options_.process_group;
+    if (group == nullptr) group = (own_group_ = dist::make_single_process_group()).get();
+    owned_optimizer_ = std::make_unique<dist::ZeroRedundancyOptimizer>(std::move(params), *group, make_optimizer);
+  } else {
+    owned_optimizer_ = make_optimizer(std::move(params));
+  }
   MT_CHECK(owned_optimizer_ != nullptr, "Trainer: the optimizer factory returned null");
   optimizer_ = owned_optimizer_.get();
+  adopt_optimizer();
   prepare_optimizer(*optimizer_, options_.precision);
   base_lr_ = optimizer_->lr(0);
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::adopt_optimizer() {
+  MT_CHECK(options_.zero_stage == 0 || options_.zero_stage == 1, "Trainer: zero_stage must be 0 or 1 (ZeRO stage 1), got ",
+           options_.zero_stage);
+  zero_ = dynamic_cast<dist::ZeroRedundancyOptimizer*>(optimizer_);
+  MT_CHECK(options_.zero_stage == 0 || zero_ != nullptr, "Trainer: zero_stage 1 shards the optimizer state, but ",
+           "this optimizer (", optimizer_->name(), ") holds all of it: pass a dist::ZeroRedundancyOptimizer, or ",
+           "an OptimizerFactory and let the Trainer build one");
+  if (zero_ != nullptr) {
+    MT_CHECK(options_.process_group == nullptr || &zero_->group() == options_.process_group, "Trainer: the ",
+             "ZeroRedundancyOptimizer shards over another process group than options.process_group");
+    MT_CHECK(options_.process_group != nullptr || zero_->group().size() == 1, "Trainer: the ZeroRedundancyOptimizer ",
+             "shards over ", zero_->group().size(), " ranks: set options.process_group to its group");
+  }
+}
 
 int64_t Trainer::total_steps() const {
   return options_.max_steps > 0 ? options_.max_steps : options_.epochs * loader_.size();
@@ -292,11 +315,11 @@ TrainSummary Trainer::fit() {
       // Position first (epoch_/batch_ advance past a finished epoch), then the checkpoint, so that
       // a checkpoint written at an epoch's end resumes at the next epoch's first batch.
       if (batch_ == loader_.size()) finish_epoch(run, options_.eval_every_epoch);
-      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && writes_files()) {
+      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && saves_checkpoints()) {
         // The optimizer's state_dict() is a deep copy: keep it out of the training peak, as evaluation.
         run.note_peak();
         save_checkpoint(detail::periodic_checkpoint_path(options_.out_dir, step_));
-        if (options_.keep_checkpoints > 0)  // after the new one is on disk
+        if (options_.keep_checkpoints > 0 && writes_files())  // after the new one is on disk
           detail::remove_old_checkpoints(options_.out_dir, options_.keep_checkpoints);
         memory::reset_peak(run.device);
       }
@@ -316,9 +339,10 @@ TrainSummary Trainer::fit() {
     numerics_->write_report(options_.numerics_report_dir,
                             mixtrain::detail::concat("Numerics of ", options_.model_name, ", ",
                                                      to_string(options_.precision.precision), ", steps 1-", step_));
+  if (saves_checkpoints())  // refuses non-finite weights
+    save_checkpoint((fs::path(options_.out_dir) / "checkpoint.safetensors").string());
   if (writes_files()) {
     const fs::path dir(options_.out_dir);
-    save_checkpoint((dir / "checkpoint.safetensors").string());  // refuses non-finite weights
     const std::map<std::string, std::string> metadata = {
         {"model", options_.model_name},
         {"precision", std::string(to_string(options_.precision.precision))},

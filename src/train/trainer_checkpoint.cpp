@@ -20,6 +20,8 @@
 #include <array>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <limits>
+#include <random>
 #include <set>
 #include <string>
 
@@ -32,6 +34,7 @@
 #include "mixtrain/nn/linear.h"
 #include "mixtrain/train/trainer.h"
 #include "train/nonfinite_guard.h"
+#include "train/run_directory.h"
 
 namespace mixtrain::train {
 
@@ -49,17 +52,6 @@ constexpr std::array<const char*, 3> kFp8Roles = {"input", "weight", "grad_outpu
 
 amp::Fp8Scaling& fp8_role(amp::Fp8LinearState& s, size_t role) {
   return role == 0 ? s.input : role == 1 ? s.weight : s.grad_output;
-}
-
-// The ParamState field that holds the named slot (named_tensors()'s keys).
-Tensor* slot(optim::ParamState& s, const std::string& key) {
-  if (key == "master") return &s.master;
-  if (key == "momentum_buffer") return &s.momentum_buffer;
-  if (key == "exp_avg") return &s.exp_avg;
-  if (key == "exp_avg_sq") return &s.exp_avg_sq;
-  if (key == "max_exp_avg_sq") return &s.max_exp_avg_sq;
-  if (key == "kahan_comp") return &s.kahan_comp;
-  return nullptr;
 }
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
@@ -107,8 +99,7 @@ std::string find_latest_checkpoint(const std::string& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     const bool final = name == "checkpoint.safetensors";
-    const bool periodic = name.rfind("checkpoint-", 0) == 0 && name.size() > 23 &&
-                          name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    const bool periodic = detail::periodic_checkpoint_step(name) >= 0;
     if (!(final || periodic) || !e.is_regular_file(ec)) continue;
     const io::SafetensorsHeader h = io::read_safetensors_header(e.path().string());
     io::Checkpoint meta{{}, h.metadata};
@@ -174,8 +165,51 @@ std::map<std::string, std::string> Trainer::trajectory_settings() const {
   return out;
 }
 
+int64_t Trainer::save_zero_shard(const std::string& path) const {
+  dist::ProcessGroup& group = zero_->group();
+  // One random token per checkpoint, recorded in the checkpoint file and in each shard: a shard left
+  // by another write of the same name is recognised, not mixed in.
+  int64_t token = 0;
+  if (group.rank() == 0) {
+    std::random_device rd;
+    token = static_cast<int64_t>(((uint64_t{rd()} << 32) ^ rd()) & ((uint64_t{1} << 53) - 1));  // exact in JSON
+  }
+  token = group.all_gather(token)[0];
+  io::Checkpoint ck;
+  json pieces = json::array();
+  for (const dist::ZeroStatePiece& p : zero_->local_state_pieces()) {
+    pieces.push_back(json::array({p.param, p.begin, p.end, p.step}));
+    for (const auto& [key, t] : p.tensors) ck.tensors[kOptimPrefix + std::to_string(p.param) + "." + key] = t;
+  }
+  ck.metadata["zero_shard"] = json{{"rank", group.rank()},
+                                   {"world_size", group.size()},
+                                   {"token", token},
+                                   {"step", step_},
+                                   {"total_elements", zero_->total_elements()},
+                                   {"pieces", pieces}}
+                                  .dump();
+  // Every rank learns whether every shard is on disk before the checkpoint file is written.
+  std::string error;
+  try {
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty()) fs::create_directories(parent);
+    io::save_checkpoint(detail::zero_shard_path(path, group.rank(), group.size()), ck);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::vector<std::string> errors = group.all_gather(error);
+  for (size_t r = 0; r < errors.size(); ++r)
+    MT_CHECK(errors[r].empty(), "checkpoint '", path, "': rank ", r, " could not write its shard of the optimizer ",
+             "state: ", errors[r]);
+  return token;
+}
+
 void Trainer::save_checkpoint(const std::string& path) const {
   detail::check_finite_before_writing(*optimizer_, "checkpoint '" + path + "'", step_);
+  // ZeRO-1: the shards first, the checkpoint file (rank 0) last, so that a checkpoint file on disk
+  // always has its shards.
+  const int64_t token = zero_ != nullptr ? save_zero_shard(path) : 0;
+  if (rank() != 0) return;
   io::Checkpoint ck;
   for (const auto& [name, t] : model_->state_dict()) ck.tensors[kModelPrefix + name] = t;
   for (const auto& [name, m] : model_->named_modules()) {
@@ -191,15 +225,26 @@ void Trainer::save_checkpoint(const std::string& path) const {
     }
   }
 
-  const optim::OptimizerStateDict osd = optimizer_->state_dict();
-  json steps = json::array(), groups = json::array();
-  for (size_t i = 0; i < osd.state.size(); ++i) {
-    steps.push_back(osd.state[i].step);
-    for (const auto& [key, t] : osd.state[i].named_tensors())
-      ck.tensors[kOptimPrefix + std::to_string(i) + "." + key] = t;
+  if (zero_ != nullptr) {
+    std::map<std::string, double> g = optimizer_->hyperparameters(0);
+    if (optimizer_->initial_lr(0)) g["initial_lr"] = *optimizer_->initial_lr(0);
+    ck.metadata["optim"] = json{{"type", optimizer_->name()},
+                                {"param_groups", json::array({json(g)})},
+                                {"zero", {{"world_size", zero_->group().size()},
+                                          {"total_elements", zero_->total_elements()},
+                                          {"token", token}}}}
+                               .dump();
+  } else {
+    const optim::OptimizerStateDict osd = optimizer_->state_dict();
+    json steps = json::array(), groups = json::array();
+    for (size_t i = 0; i < osd.state.size(); ++i) {
+      steps.push_back(osd.state[i].step);
+      for (const auto& [key, t] : osd.state[i].named_tensors())
+        ck.tensors[kOptimPrefix + std::to_string(i) + "." + key] = t;
+    }
+    for (const auto& g : osd.param_groups) groups.push_back(json(g));
+    ck.metadata["optim"] = json{{"type", optimizer_->name()}, {"steps", steps}, {"param_groups", groups}}.dump();
   }
-  for (const auto& g : osd.param_groups) groups.push_back(json(g));
-  ck.metadata["optim"] = json{{"type", optimizer_->name()}, {"steps", steps}, {"param_groups", groups}}.dump();
 
   ck.metadata["scaler"] = json(scaler_.state_dict()).dump();
   ck.metadata["rng"] = io::rng_state();
@@ -222,6 +267,62 @@ void Trainer::save_checkpoint(const std::string& path) const {
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   io::save_checkpoint(path, ck);
+}
+
+std::vector<dist::ZeroStatePiece> Trainer::load_zero_shards(const std::string& path, int64_t step, int64_t world,
+                                                            int64_t token) const {
+  const int64_t total = zero_->total_elements();
+  const auto [lo, hi] = zero_->owned_range(zero_->group().rank());
+  const size_t num_params = optimizer_->num_parameters();
+  std::vector<dist::ZeroStatePiece> pieces;
+  for (int64_t q = 0; q < world; ++q) {
+    // The range rank q owned when the checkpoint was written; only shards that overlap ours are read.
+    const int64_t begin = total / world * q + total % world * q / world;  // = total * q / world without overflow
+    const int64_t end = total / world * (q + 1) + total % world * (q + 1) / world;
+    if (end <= lo || begin >= hi) continue;
+    const std::string shard = detail::zero_shard_path(path, static_cast<int>(q), static_cast<int>(world));
+    MT_CHECK(fs::exists(shard), "resume: '", path, "' was written by ", world, " ranks under ZeRO-1, but the shard of ",
+             "rank ", q, " ('", shard, "') is missing: the checkpoint is incomplete (resume from an earlier one)");
+    const io::Checkpoint sc = io::load_checkpoint(shard);
+    const json meta = parse_meta(sc, shard, "zero_shard", 3);
+    MT_CHECK(meta.is_object(), "resume: '", shard, "': metadata 'zero_shard' is not an object");
+    const int64_t saved_token = get_int(meta, "token", 0, std::numeric_limits<int64_t>::max(), shard, "shard");
+    MT_CHECK(saved_token == token && get_int(meta, "step", 0, std::numeric_limits<int64_t>::max(), shard, "shard") == step,
+             "resume: '", shard, "' belongs to another write of '", path, "' (its token or step differs): the ",
+             "checkpoint is incomplete (resume from an earlier one)");
+    MT_CHECK(get_int(meta, "rank", 0, world - 1, shard, "shard") == q &&
+                 get_int(meta, "world_size", 1, 1 << 20, shard, "shard") == world &&
+                 get_int(meta, "total_elements", 1, std::numeric_limits<int64_t>::max(), shard, "shard") == total,
+             "resume: '", shard, "' is not rank ", q, "'s shard of ", world, " over ", total, " elements");
+    MT_CHECK(meta.contains("pieces") && meta.at("pieces").is_array() && meta.at("pieces").size() <= num_params,
+             "resume: '", shard, "': 'pieces' must be an array of at most ", num_params, " entries");
+    std::map<int64_t, size_t> index_of;  // parameter -> its piece in `pieces`
+    for (const json& e : meta.at("pieces")) {
+      MT_CHECK(e.is_array() && e.size() == 4 && std::all_of(e.begin(), e.end(), [](const json& v) {
+                 return v.is_number_integer() && v.get<int64_t>() >= 0;
+               }),
+               "resume: '", shard, "': a piece is ", io::describe_json(e), ", expected [param, begin, end, step]");
+      dist::ZeroStatePiece p{e[0].get<int64_t>(), e[1].get<int64_t>(), e[2].get<int64_t>(), e[3].get<int64_t>(), {}};
+      MT_CHECK(p.param < static_cast<int64_t>(num_params) && p.step <= step && !index_of.contains(p.param), "resume: '",
+               shard, "': piece ", io::describe_json(e), " names no parameter of this model once, or a step past ",
+               step);
+      index_of[p.param] = pieces.size();
+      pieces.push_back(std::move(p));
+    }
+    for (const auto& [name, t] : sc.tensors) {
+      const std::string rest = starts_with(name, kOptimPrefix) ? name.substr(std::string(kOptimPrefix).size()) : "";
+      const size_t dot = rest.find('.');
+      const std::string digits = dot == std::string::npos ? "" : rest.substr(0, dot);
+      const bool numeric = !digits.empty() && digits.size() <= 9 &&
+                           std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const auto it = numeric ? index_of.find(std::stoll(digits)) : index_of.end();
+      optim::ParamState probe;
+      MT_CHECK(it != index_of.end() && probe.state_dict_entry(rest.substr(dot + 1)) != nullptr, "resume: '", shard,
+               "': unexpected tensor ", mixtrain::detail::quote_untrusted(name));
+      pieces[it->second].tensors.emplace_back(rest.substr(dot + 1), t);
+    }
+  }
+  return pieces;
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
@@ -295,7 +396,7 @@ void Trainer::load_checkpoint(const std::string& path) {
                   std::all_of(rest.begin(), rest.begin() + static_cast<ptrdiff_t>(dot),
                               [](char c) { return c >= '0' && c <= '9'; });
         if (ok) index = std::stoul(rest.substr(0, dot));
-        Tensor* field = ok && index < osd.state.size() ? slot(osd.state[index], rest.substr(dot + 1)) : nullptr;
+        Tensor* field = ok && index < osd.state.size() ? osd.state[index].state_dict_entry(rest.substr(dot + 1)) : nullptr;
         MT_CHECK(field != nullptr, "resume: '", path, "': unexpected optimizer tensor ",
                  mixtrain::detail::quote_untrusted(name), " (this optimizer has ", osd.state.size(), " parameters)");
         *field = t;
@@ -330,15 +431,33 @@ void Trainer::load_checkpoint(const std::string& path) {
     const json optim = parse_meta(ck, path, "optim", 3);
     MT_CHECK(optim.is_object() && optim.contains("type") && optim.at("type") == json(optimizer_->name()), "resume: '",
              path, "': the optimizer state is not ", optimizer_->name(), "'s");
-    MT_CHECK(optim.contains("steps") && optim.at("steps").is_array() && optim.at("steps").size() == osd.state.size(),
-             "resume: '", path, "' has optimizer steps for ",
-             optim.contains("steps") ? io::describe_json(optim.at("steps")) : std::string("nothing"), ", this ",
-             "optimizer has ", osd.state.size(), " parameters");
-    for (size_t i = 0; i < osd.state.size(); ++i) {
-      const json& s = optim.at("steps")[i];
-      MT_CHECK(s.is_number_integer() && s.get<int64_t>() >= 0 && s.get<int64_t>() <= step, "resume: '", path,
-               "': optimizer step of parameter ", i, " is ", io::describe_json(s), ", outside [0, ", step, "]");
-      osd.state[i].step = s.get<int64_t>();
+    // ZeRO-1 checkpoints keep the optimizer state in shards beside the file, any number of them.
+    const bool sharded = optim.contains("zero");
+    std::vector<dist::ZeroStatePiece> pieces;
+    if (sharded) {
+      const json& z = optim.at("zero");
+      const int64_t world = get_int(z, "world_size", 1, 1 << 20, path, "ZeRO-1 layout");
+      MT_CHECK(zero_ != nullptr, "resume: '", path, "' holds optimizer state sharded over ", world,
+               " ranks (ZeRO-1): resume it with zero_stage 1 (--zero 1), on any number of ranks");
+      const int64_t total = get_int(z, "total_elements", 1, std::numeric_limits<int64_t>::max(), path, "ZeRO-1 layout");
+      MT_CHECK(total == zero_->total_elements(), "resume: '", path, "' shards ", total, " parameter elements, this ",
+               "model has ", zero_->total_elements());
+      const int64_t token = get_int(z, "token", 0, std::numeric_limits<int64_t>::max(), path, "ZeRO-1 layout");
+      MT_CHECK(std::none_of(ck.tensors.begin(), ck.tensors.end(),
+                            [](const auto& kv) { return starts_with(kv.first, kOptimPrefix); }),
+               "resume: '", path, "' holds optimizer tensors beside its ZeRO-1 shards");
+      pieces = load_zero_shards(path, step, world, token);
+    } else {
+      MT_CHECK(optim.contains("steps") && optim.at("steps").is_array() && optim.at("steps").size() == osd.state.size(),
+               "resume: '", path, "' has optimizer steps for ",
+               optim.contains("steps") ? io::describe_json(optim.at("steps")) : std::string("nothing"), ", this ",
+               "optimizer has ", osd.state.size(), " parameters");
+      for (size_t i = 0; i < osd.state.size(); ++i) {
+        const json& s = optim.at("steps")[i];
+        MT_CHECK(s.is_number_integer() && s.get<int64_t>() >= 0 && s.get<int64_t>() <= step, "resume: '", path,
+                 "': optimizer step of parameter ", i, " is ", io::describe_json(s), ", outside [0, ", step, "]");
+        osd.state[i].step = s.get<int64_t>();
+      }
     }
     MT_CHECK(optim.contains("param_groups") && optim.at("param_groups").is_array() &&
                  optim.at("param_groups").size() == optimizer_->num_param_groups(),
@@ -383,7 +502,14 @@ void Trainer::load_checkpoint(const std::string& path) {
     }
     model_->load_state_dict(model_state, /*strict=*/true);
     for (auto& [module, linear] : linears) linear->set_fp8_state(fp8_states.count(module) ? fp8_states[module] : nullptr);
-    optimizer_->load_state_dict(osd);
+    if (sharded) {
+      zero_->load_state_pieces(pieces);  // validates them all before it changes anything
+      optimizer_->set_hyperparameters(0, osd.param_groups[0]);
+      const auto it = osd.param_groups[0].find("initial_lr");
+      if (it != osd.param_groups[0].end()) optimizer_->set_initial_lr(0, it->second);
+    } else {
+      optimizer_->load_state_dict(osd);  // under ZeRO-1 (collective): each rank keeps its slices
+    }
     scaler_.load_state_dict(scaler_state);
     io::set_rng_state(ck.meta("rng"));
     for (auto& [name, m] : model_->named_modules())

@@ -117,7 +117,16 @@ TEST(ProcessGroupSingle, RefusesWhatTheMpiGroupRefuses) {
   EXPECT_MT_ERROR(pg->all_reduce(mt::zeros({4}, {.dtype = mt::kInt64}), ReduceOp::kAvg),
                   "avg needs a floating tensor, got int64", "reduce with sum and divide");
   const mt::Tensor elsewhere = mt::zeros({4}, {.device = mt::testing::checked_device()});
-  EXPECT_MT_ERROR(pg->all_reduce(elsewhere), "dist: all_reduce needs a cpu tensor; NCCL for GPUs is not built yet");
+  EXPECT_MT_ERROR(pg->all_reduce(elsewhere), "dist: all_reduce needs a cpu tensor (this float32 tensor",
+                  "let DistributedDataParallel reduce a device model");
+  EXPECT_MT_ERROR(pg->all_gather(elsewhere, mt::zeros({4})), "dist: all_gather input needs a cpu tensor");
+  EXPECT_MT_ERROR(pg->all_gather(mt::zeros({4}), mt::zeros({5})), "all_gather of 4 elements per rank over 1 ranks",
+                  "needs an output of 4 elements, got 5");
+  EXPECT_MT_ERROR(pg->all_gather(mt::zeros({4}), mt::zeros({4}, {.dtype = mt::kBFloat16})),
+                  "all_gather of a float32 input into a bfloat16 output");
+  const mt::Tensor gathered = mt::zeros({3}, {.dtype = mt::kInt64});
+  pg->all_gather(mt::from_vector(std::vector<int64_t>{7, -1, 5}, {3}), gathered);
+  EXPECT_EQ(gathered.to_vector<int64_t>(), (std::vector<int64_t>{7, -1, 5}));
   EXPECT_MT_ERROR(pg->broadcast(elsewhere, 0), "dist: broadcast needs a cpu tensor");
   EXPECT_MT_ERROR(pg->broadcast(m.t(), 0), "broadcast needs a contiguous tensor");
   EXPECT_MT_ERROR(pg->broadcast(m, 1), "broadcast root 1 is not a rank of this group of 1");
@@ -377,6 +386,15 @@ TEST_F(ProcessGroupMpi, AllGathersValuesAndStringsInRankOrder) {
   std::vector<std::string> want_text;
   for (int r = 0; r < size(); ++r) want_text.push_back(text(r));
   EXPECT_EQ(pg().all_gather(text(rank())), want_text);
+
+  // Tensors: bytes in rank order, for any dtype (bf16 here, 3 elements per rank).
+  const mt::Tensor mine =
+      mt::from_vector(std::vector<float>{1.0f * rank(), 0.5f, -2.0f - rank()}, {3}).to(mt::kBFloat16);
+  const mt::Tensor all = mt::zeros({3 * size()}, {.dtype = mt::kBFloat16});
+  pg().all_gather(mine, all);
+  std::vector<float> want_tensor;
+  for (int r = 0; r < size(); ++r) want_tensor.insert(want_tensor.end(), {1.0f * r, 0.5f, -2.0f - r});
+  EXPECT_EQ(all.to(mt::kFloat32).to_vector<float>(), want_tensor);
 }
 
 // Collectives issued back to back run in issue order: once the last is complete, all are.
@@ -449,7 +467,8 @@ TEST_F(ProcessGroupMpi, RefusedArgumentsIssueNothing) {
   EXPECT_MT_ERROR(pg().all_reduce(mt::zeros({4}, {.dtype = mt::kUInt8})), "does not reduce uint8");
   EXPECT_MT_ERROR(pg().all_reduce(mt::zeros({4}, {.dtype = mt::kInt32}), ReduceOp::kAvg), "avg needs a floating");
   EXPECT_MT_ERROR(pg().all_reduce(mt::zeros({4}, {.device = mt::testing::checked_device()})),
-                  "needs a cpu tensor; NCCL for GPUs is not built yet");
+                  "needs a cpu tensor (this float32 tensor");
+  EXPECT_MT_ERROR(pg().all_gather(mt::zeros({4}), mt::zeros({4 * size() + 1})), "needs an output of");
   EXPECT_MT_ERROR(pg().broadcast(mt::zeros({4}), size()), "broadcast root ", "is not a rank of this group of");
   const mt::Tensor t = mt::full({4}, 1.0);
   pg().all_reduce(t);

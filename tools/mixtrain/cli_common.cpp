@@ -225,6 +225,12 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "Keep only the newest N DIR/checkpoint-<step>.safetensors files (0: keep all)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
         ->capture_default_str();
+    app.add_option("--zero", a.zero,
+                   "ZeRO stage: 1 shards the optimizer state (fp32 masters, moments) over the mpirun processes, each "
+                   "holding 1/N of it, with the same trajectory as 0 (every process holds all of it); checkpoints "
+                   "then save one shard per process beside the checkpoint and resume on any number of processes")
+        ->check(CLI::Range(0, 1))
+        ->capture_default_str();
     app.add_option("--log-every", a.log_every, "Write every N-th step to metrics.jsonl")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
         ->capture_default_str();
@@ -445,6 +451,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.out_dir = a.out;
   o.checkpoint_every = a.checkpoint_every;
   o.keep_checkpoints = a.keep_checkpoints;
+  o.zero_stage = a.zero;
   o.resume_from = a.resume;
   o.resume_overrides = a.resume_overrides;
   o.on_nonfinite = train::parse_nonfinite_policy(a.on_nonfinite);

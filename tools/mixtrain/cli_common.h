@@ -64,6 +64,7 @@ struct RunArgs {
   std::string out;
   int64_t checkpoint_every = 0;
   int64_t keep_checkpoints = 0;
+  int zero = 0;  // --zero: 1 shards the optimizer state over the ranks (ZeRO stage 1)
   std::string resume;  // a checkpoint, or "auto": the newest in --out, else a fresh start
   std::vector<std::string> resume_overrides;
   std::string on_nonfinite = "stop";

@@ -62,6 +62,11 @@ class ProcessGroup {
   // Copies root's tensor into every rank's tensor: contiguous, on the CPU, any dtype (moved as
   // bytes); the same shape and dtype on every rank. Blocks until done.
   virtual void broadcast(const Tensor& tensor, int root = 0) = 0;
+  // Concatenates every rank's `input` into `output` in rank order: output[r * n .. (r+1) * n) is rank
+  // r's input, n = input.numel(). Both contiguous, on the CPU, of one dtype (moved as bytes); output
+  // holds size() * n elements; the same n and dtype on every rank. Blocks until done. At most 2 GiB
+  // of input per rank per call (MPI counts are int): gather larger buffers in pieces.
+  virtual void all_gather(const Tensor& input, const Tensor& output) = 0;
   // Returns when every rank has entered it (and every collective issued before it has completed).
   virtual void barrier() = 0;
   // One small value per rank, in rank order (the same vector on every rank).

@@ -42,6 +42,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -86,6 +87,10 @@ struct ParamState {
   // the master weight, "master_low" for a packed master's lower half, "kahan_comp"), in a fixed
   // order: what a checkpoint writer serialises (state_dict() entries never hold "master_low").
   std::vector<std::pair<std::string, Tensor>> named_tensors() const;
+  // The field of a state-dict key ("master", "momentum_buffer", "exp_avg", "exp_avg_sq",
+  // "max_exp_avg_sq", "kahan_comp"), or nullptr for any other key ("master_low" included: state
+  // dicts never hold it). What a checkpoint reader fills.
+  Tensor* state_dict_entry(std::string_view key);
   // Deep copy.
   ParamState clone() const;
 };
@@ -161,6 +166,11 @@ class Optimizer {
 
   // Group g's hyperparameters by name ("lr", "weight_decay", "beta1", ...): what state_dict() stores.
   std::map<std::string, double> hyperparameters(size_t group) const { return group_hyperparameters(group); }
+  // Sets group g's hyperparameters from such a map (every key the optimizer needs; validated, and on
+  // an error nothing changes). What load_state_dict() does for each group.
+  void set_hyperparameters(size_t group, const std::map<std::string, double>& values) {
+    set_group_hyperparameters(group, values);
+  }
 
   virtual double lr(size_t group = 0) const = 0;
   virtual void set_lr(size_t group, double lr) = 0;
@@ -173,33 +183,34 @@ class Optimizer {
   // A deep copy of the state and hyperparameters.
   // A state dict always holds the full fp32 `master` (reconstructed for packed masters), so packed and
   // unpacked optimizers load each other's state dicts.
-  OptimizerStateDict state_dict() const;
+  virtual OptimizerStateDict state_dict() const;
   // Restores a state_dict() of an optimizer of the same kind over parameters of the same shapes and
   // dtypes (masters must be present exactly for the 16-bit parameters in master-weight mode; state
   // tensors are fp32, except exp_avg, which may be bf16 and is converted to the optimizer's
   // exp_avg_dtype at its next step). The masters are the values being optimised, so each 16-bit
   // parameter is set to its loaded master, rounded to nearest (truncated for a packed master:
   // in both cases what the next step would write anyway).
-  void load_state_dict(const OptimizerStateDict& state_dict);
+  virtual void load_state_dict(const OptimizerStateDict& state_dict);
 
-  StateBytes state_bytes() const;
+  // The state this process holds (a sharded optimizer counts its shard only).
+  virtual StateBytes state_bytes() const;
   // Parameters, gradients (counted whether or not allocated now: each is the size of its parameter),
   // masters and optimizer state. Optimizer state is created by the first step: call this after one.
   ModelStateBytes model_state_bytes() const;
   // Re-reads every fp32 master from its 16-bit parameter (after the parameters were changed outside
   // the optimizer, e.g. weights loaded after construction). A packed master's lower half becomes 0.
-  void sync_masters_from_params();
+  virtual void sync_masters_from_params();
   // Switches every bf16 parameter's fp32 master to the packed layout of mode (c), exactly: the
   // parameter takes the master's upper 16 bits and master_low its lower 16 (so the parameter moves
   // from the master rounded to nearest to the master truncated). fp16 parameters keep their fp32
   // masters; parameters without a master are left alone. Idempotent.
-  void pack_masters();
+  virtual void pack_masters();
   // True when some parameter has a packed master.
-  bool has_packed_masters() const;
+  virtual bool has_packed_masters() const;
   // Drops the fp32 masters (full or packed) of the bf16 parameters, which the optimizer then updates
   // in place: mode (d). Each parameter keeps its current value (its master rounded to nearest, or
   // truncated for a packed master). fp16 parameters keep their masters. Idempotent.
-  void release_masters();
+  virtual void release_masters();
 
  protected:
   Optimizer() = default;
@@ -217,6 +228,9 @@ class Optimizer {
 
   // Updates group g; grads are multiplied by inv_scale as they are read.
   virtual void step_group(size_t g, float inv_scale) = 0;
+  // One update of every group (step() and step_scaled() call it under a NoGradGuard): step_group for
+  // each group. An optimizer that delegates (dist::ZeroRedundancyOptimizer) replaces it.
+  virtual void update(float inv_scale);
   virtual std::map<std::string, double> group_hyperparameters(size_t g) const = 0;
   virtual void set_group_hyperparameters(size_t g, const std::map<std::string, double>& values) = 0;
 

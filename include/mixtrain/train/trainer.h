@@ -78,6 +78,7 @@
 #include "mixtrain/data/dataset.h"
 #include "mixtrain/error.h"
 #include "mixtrain/dist/ddp.h"
+#include "mixtrain/dist/zero.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/nn/nonfinite_origin.h"
 #include "mixtrain/nn/numerics_monitor.h"
@@ -224,6 +225,13 @@ struct TrainerOptions {
   // the mean over ranks, and only rank 0 writes out_dir's files. Every rank must run the same
   // Trainer with the same options. nullptr or a one-process group: plain training.
   dist::ProcessGroup* process_group = nullptr;
+  // 1: ZeRO stage 1 (dist::ZeroRedundancyOptimizer, docs/distributed.md): the optimizer state
+  // (masters, moments) is sharded over the process group's ranks (a group of one when there is
+  // none), the trajectory stays DDP's, and checkpoints save each rank's shard beside the
+  // checkpoint file ("checkpoint-<step>.zero-<rank>-of-<world>.safetensors"); a resume re-shards
+  // them for any world size. With the OptimizerFactory constructor the Trainer builds the
+  // ZeroRedundancyOptimizer; with your own optimizer, pass one. 0: every rank holds the whole state.
+  int zero_stage = 0;
   std::function<void(const StepInfo&)> on_step;
   std::function<void(const EpochInfo&)> on_epoch;
 };
@@ -243,6 +251,7 @@ struct TrainSummary {
   int64_t steps_this_run = 0;
   int64_t batch_size = 0;        // per process
   int world_size = 1;             // processes training together (data parallelism)
+  int zero_stage = 0;             // TrainerOptions::zero_stage
   int64_t global_batch_size = 0;  // batch_size * world_size: the samples of one step
   std::optional<double> test_accuracy;  // of the final evaluation (fraction in [0, 1])
   std::optional<double> test_loss;
@@ -262,8 +271,10 @@ struct TrainSummary {
   int64_t num_parameters = 0;
   // Optimizer::model_state_bytes() at the end: params + grads + masters + optimizer state, and that
   // per parameter element (16 for fp32 or 16-bit + fp32 masters with AdamW, 12 with compact_state).
+  // This process's: under ZeRO-1 its masters and optimizer state are its shard only.
   int64_t model_state_bytes = 0;
   double model_state_bytes_per_param = 0;
+  int64_t optimizer_state_bytes = 0;  // masters + moments held by this process (Optimizer::state_bytes())
   uint64_t seed = 0;
   double lr = 0;  // the optimizer's lr (group 0) at the end
   // The schedule that set it: "cosine", "constant", or "custom" (TrainerOptions::lr_schedule), and
@@ -304,6 +315,8 @@ class Trainer {
 
   // The full training state, atomically (refused with NonFiniteError when a parameter is not
   // finite); and back (validated against this run's settings, see "Resume is exact or refused").
+  // Under ZeRO-1 both are collective: every rank calls them, each saves or loads its shard of the
+  // optimizer state, and rank 0 writes the checkpoint file last.
   void save_checkpoint(const std::string& path) const;
   void load_checkpoint(const std::string& path);
 
@@ -372,6 +385,8 @@ class Trainer {
   bool out_dir_ready_ = false;                   // out_dir was checked and readied for this Trainer
   mutable std::optional<uint64_t> fingerprint_;  // of the training data, computed once
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // with a process group of several ranks
+  dist::ZeroRedundancyOptimizer* zero_ = nullptr;       // optimizer_, when it shards its state
+  std::unique_ptr<dist::ProcessGroup> own_group_;       // ZeRO-1 without a process group: one rank
   std::unique_ptr<nn::NonFiniteOrigin> origin_;         // with options.find_nonfinite_origin
   std::unique_ptr<nn::NumericsMonitor> numerics_;       // with options.numerics_report_dir
 
@@ -379,6 +394,15 @@ class Trainer {
   int rank() const { return options_.process_group ? options_.process_group->rank() : 0; }
   // This process writes out_dir's files: out_dir is set and it is rank 0.
   bool writes_files() const { return !options_.out_dir.empty() && rank() == 0; }
+  // This process takes part in writing checkpoints: rank 0, and every rank under ZeRO-1 (its shard).
+  bool saves_checkpoints() const { return !options_.out_dir.empty() && (rank() == 0 || zero_ != nullptr); }
+  // ZeRO-1 checkpoints (trainer_checkpoint.cpp): every rank writes its shard of the optimizer state
+  // beside `path` (collective; returns the checkpoint's token), and reads back the shards of a
+  // checkpoint written by `world` ranks that overlap its range.
+  int64_t save_zero_shard(const std::string& path) const;
+  std::vector<dist::ZeroStatePiece> load_zero_shards(const std::string& path, int64_t step, int64_t world,
+                                                     int64_t token) const;
+  void adopt_optimizer();  // sets zero_ and checks it against the options
 };
 
 }  // namespace mixtrain::train

@@ -279,6 +279,21 @@ class MpiProcessGroup final : public ProcessGroup {
     return out;
   }
 
+  void all_gather(const Tensor& input, const Tensor& output) override {
+    check_all_gather(input, output, size_);
+    output.bump_version();
+    const void* in = input.raw_data();
+    void* out = output.raw_data();
+    const int nbytes = static_cast<int>(input.nbytes());  // checked: <= INT_MAX
+    std::string what = mixtrain::detail::concat("all_gather of ", input.numel(), " ", input.dtype(), " elements per rank");
+    enqueue(std::move(what),
+            [this, in, out, nbytes] {
+              mpi_check(MPI_Allgather(in, nbytes, MPI_BYTE, out, nbytes, MPI_BYTE, comm_), "MPI_Allgather", context());
+            },
+            output)
+        ->wait();
+  }
+
   [[noreturn]] void abort(int exit_code, const std::string& why) override {
     if (g_aborting.exchange(true)) {
       // Another thread is already ending the job.

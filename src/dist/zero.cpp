@@ -1,0 +1,358 @@
+// ZeroRedundancyOptimizer (mixtrain/dist/zero.h): each rank's optimizer over views of the flat
+// element range it owns, the parameters all-gathered after each update.
+#include "mixtrain/dist/zero.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "mixtrain/autograd.h"
+#include "mixtrain/error.h"
+#include "mixtrain/factory.h"
+
+namespace mixtrain::dist {
+namespace {
+
+// The state keys a state dict may hold, in ParamState::named_tensors() order ("master_low" never).
+constexpr std::array<const char*, 6> kStateKeys = {"master", "momentum_buffer", "exp_avg", "exp_avg_sq",
+                                                    "max_exp_avg_sq", "kahan_comp"};
+
+// At most this many bytes per rank per all_gather call (the process group takes up to 2 GiB).
+constexpr int64_t kGatherPieceBytes = int64_t{1} << 30;
+
+// FNV-1a: one number that differs when two ranks' parameter lists differ.
+uint64_t fingerprint(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// output[q * n + i] = rank q's input[i], for n = input.numel(), in pieces of at most
+// kGatherPieceBytes per rank. CPU tensors.
+void all_gather_in_pieces(ProcessGroup& group, const Tensor& input, const Tensor& output) {
+  const int64_t n = input.numel();
+  const int64_t elem = static_cast<int64_t>(element_size(input.dtype()));
+  if (n * elem <= kGatherPieceBytes) return group.all_gather(input, output);
+  const int64_t piece = kGatherPieceBytes / elem;
+  const int size = group.size();
+  Tensor staging = empty({piece * size}, {.dtype = input.dtype(), .device = Device{}});
+  for (int64_t start = 0; start < n; start += piece) {
+    const int64_t len = std::min(piece, n - start);
+    Tensor out = staging.narrow(0, 0, len * size);
+    group.all_gather(input.narrow(0, start, len), out);
+    for (int q = 0; q < size; ++q) output.narrow(0, q * n + start, len).copy_(out.narrow(0, q * len, len));
+  }
+}
+
+std::string slice_name(const std::string& name, int64_t begin, int64_t end, int64_t numel) {
+  if (begin == 0 && end == numel) return name;
+  return mixtrain::detail::concat(name, "[", begin, ":", end, "]");
+}
+
+}  // namespace
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::NamedParameter> params, ProcessGroup& group,
+                                                 const LocalFactory& make_local)
+    : group_(&group) {
+  MT_CHECK(make_local != nullptr, "ZeroRedundancyOptimizer: the local optimizer factory is empty");
+  std::vector<Tensor> tensors;
+  std::vector<std::string> names;
+  for (auto& p : params) {
+    tensors.push_back(p.param);
+    names.push_back(p.name);
+  }
+  add_param_group(tensors, names, /*master_weights=*/false);  // validates; the state lives in local_
+  params_ = tensors;
+  std::ostringstream signature;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    offsets_.push_back(total_);
+    total_ += params_[i].numel();
+    signature << param_name(i) << ' ' << describe(params_[i]) << '\n';
+  }
+  const int size = group.size();
+  MT_CHECK(total_ >= size, "ZeroRedundancyOptimizer: ", total_, " parameter elements cannot be shared by ", size,
+           " ranks (each rank must own at least one)");
+  // Every rank must shard the same list, or the ranges would not meet.
+  const std::vector<int64_t> prints = group.all_gather(static_cast<int64_t>(fingerprint(signature.str())));
+  const std::vector<int64_t> totals = group.all_gather(total_);
+  for (int r = 0; r < size; ++r)
+    MT_CHECK(prints[r] == prints[0] && totals[r] == totals[0], "ZeroRedundancyOptimizer: rank ", r,
+             " passed another parameter list than rank 0 (", totals[r], " elements there, ", totals[0],
+             " on rank 0; names, shapes and dtypes must match): every rank must shard the same model");
+
+  local_slices_ = slices_of(group.rank());
+  std::vector<optim::NamedParameter> shard;
+  {
+    NoGradGuard no_grad;
+    for (Slice& s : local_slices_) {
+      // A leaf that aliases the owned elements: the local optimizer writes them in place.
+      s.view = params_[s.param].detach().view({-1}).narrow(0, s.begin, s.end - s.begin);
+      shard.push_back({slice_name(param_name(s.param), s.begin, s.end, params_[s.param].numel()), s.view});
+    }
+  }
+  local_ = make_local(std::move(shard));
+  MT_CHECK(local_ != nullptr, "ZeroRedundancyOptimizer: the local optimizer factory returned null");
+  MT_CHECK(local_->num_parameters() == local_slices_.size(), "ZeroRedundancyOptimizer: the local optimizer holds ",
+           local_->num_parameters(), " parameters, not the ", local_slices_.size(), " views it was given");
+  const std::vector<int64_t> groups = group.all_gather(static_cast<int64_t>(local_->num_param_groups()));
+  for (int r = 0; r < size; ++r)
+    MT_CHECK(groups[r] == 1, "ZeroRedundancyOptimizer: the factory built ", groups[r], " parameter groups on rank ", r,
+             "; ZeRO-1 needs one group (every rank must have the same groups whatever parameters it owns)");
+}
+
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
+
+std::pair<int64_t, int64_t> ZeroRedundancyOptimizer::owned_range(int rank) const {
+  const int64_t n = group_->size();
+  MT_CHECK(rank >= 0 && rank < n, "ZeroRedundancyOptimizer: rank ", rank, " is not in this group of ", n);
+  return {total_ * rank / n, total_ * (rank + 1) / n};
+}
+
+std::vector<ZeroRedundancyOptimizer::Slice> ZeroRedundancyOptimizer::slices_of(int rank) const {
+  const auto [lo, hi] = owned_range(rank);
+  std::vector<Slice> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int64_t b = std::max(lo, offsets_[i]), e = std::min(hi, offsets_[i] + params_[i].numel());
+    if (b < e) out.push_back({static_cast<int64_t>(i), b - offsets_[i], e - offsets_[i], Tensor()});
+  }
+  return out;
+}
+
+void ZeroRedundancyOptimizer::step_group(size_t, float) {
+  MT_INTERNAL_ASSERT(false, "ZeroRedundancyOptimizer updates through update()");
+}
+
+void ZeroRedundancyOptimizer::update(float inv_scale) {
+  // The views' gradients: the owned elements of the (averaged) full gradients.
+  for (Slice& s : local_slices_) {
+    const Tensor grad = grad_for_step(static_cast<size_t>(s.param));
+    s.view.set_grad(grad.defined() ? grad.view({-1}).narrow(0, s.begin, s.end - s.begin) : Tensor());
+  }
+  local_->step_scaled(inv_scale, /*found_inf=*/false);
+  for (Slice& s : local_slices_) s.view.set_grad(Tensor());  // hold no reference to the gradients
+  all_gather_parameters();
+}
+
+// Per dtype: every rank's owned elements back to back (padded to the longest rank's count), gathered
+// through host memory, and each other rank's elements copied into the parameters.
+void ZeroRedundancyOptimizer::all_gather_parameters() {
+  const int size = group_->size();
+  if (size == 1) return;
+  std::vector<std::vector<Slice>> all(static_cast<size_t>(size));
+  for (int q = 0; q < size; ++q) all[static_cast<size_t>(q)] = slices_of(q);
+  std::set<DType> dtypes;
+  for (const Tensor& p : params_) dtypes.insert(p.dtype());
+  for (const DType dtype : dtypes) {
+    int64_t chunk = 0;
+    for (const auto& slices : all) {
+      int64_t n = 0;
+      for (const Slice& s : slices)
+        if (params_[s.param].dtype() == dtype) n += s.end - s.begin;
+      chunk = std::max(chunk, n);
+    }
+    if (chunk == 0) continue;
+    Tensor mine = zeros({chunk}, {.dtype = dtype, .device = Device{}});
+    int64_t at = 0;
+    for (const Slice& s : local_slices_) {
+      if (params_[s.param].dtype() != dtype) continue;
+      mine.narrow(0, at, s.end - s.begin).copy_(s.view);
+      at += s.end - s.begin;
+    }
+    Tensor gathered = empty({chunk * size}, {.dtype = dtype, .device = Device{}});
+    all_gather_in_pieces(*group_, mine, gathered);
+    for (int q = 0; q < size; ++q) {
+      if (q == group_->rank()) continue;
+      at = 0;
+      for (const Slice& s : all[static_cast<size_t>(q)]) {
+        if (params_[s.param].dtype() != dtype) continue;
+        const Tensor& p = params_[s.param];
+        p.detach().view({-1}).narrow(0, s.begin, s.end - s.begin).copy_(gathered.narrow(0, q * chunk + at, s.end - s.begin));
+        at += s.end - s.begin;
+      }
+    }
+  }
+  for (const Tensor& p : params_) p.bump_version();
+}
+
+std::vector<ZeroStatePiece> ZeroRedundancyOptimizer::local_state_pieces() const {
+  const optim::OptimizerStateDict sd = local_->state_dict();
+  std::vector<ZeroStatePiece> out;
+  for (size_t j = 0; j < local_slices_.size(); ++j) {
+    const Slice& s = local_slices_[j];
+    out.push_back({s.param, s.begin, s.end, sd.state[j].step, sd.state[j].named_tensors()});
+  }
+  return out;
+}
+
+void ZeroRedundancyOptimizer::load_state_pieces(const std::vector<ZeroStatePiece>& pieces) {
+  const std::string who = "ZeroRedundancyOptimizer.load_state_pieces: ";
+  for (const ZeroStatePiece& p : pieces) {
+    MT_CHECK(p.param >= 0 && p.param < static_cast<int64_t>(params_.size()), who, "a piece names parameter ", p.param,
+             " of ", params_.size());
+    const int64_t numel = params_[p.param].numel();
+    MT_CHECK(p.begin >= 0 && p.begin < p.end && p.end <= numel, who, "piece [", p.begin, ", ", p.end, ") of ",
+             param_name(p.param), " is not a range within its ", numel, " elements");
+    for (const auto& [key, t] : p.tensors)
+      MT_CHECK(t.defined() && t.dim() == 1 && t.numel() == p.end - p.begin, who, "state '", key, "' of ",
+               param_name(p.param), "[", p.begin, ":", p.end, "] is ", t.defined() ? describe(t) : "undefined",
+               ", expected ", p.end - p.begin, " elements in one dimension");
+  }
+  optim::OptimizerStateDict sd;
+  for (size_t g = 0; g < local_->num_param_groups(); ++g) {
+    std::map<std::string, double> h = local_->hyperparameters(g);
+    if (initial_lr(g)) h["initial_lr"] = *initial_lr(g);
+    sd.param_groups.push_back(std::move(h));
+  }
+  NoGradGuard no_grad;
+  for (const Slice& s : local_slices_) {
+    const std::string where = mixtrain::detail::concat(param_name(s.param), "[", s.begin, ":", s.end, "]");
+    std::vector<const ZeroStatePiece*> covering;
+    for (const ZeroStatePiece& p : pieces)
+      if (p.param == s.param && p.begin < s.end && p.end > s.begin) covering.push_back(&p);
+    std::sort(covering.begin(), covering.end(),
+              [](const ZeroStatePiece* a, const ZeroStatePiece* b) { return a->begin < b->begin; });
+    // The pieces must tile the slice: no gap, no overlap.
+    int64_t next = s.begin;
+    for (const ZeroStatePiece* p : covering) {
+      MT_CHECK(p->begin <= next && p->end > next && (p == covering.front() || p->begin == next), who,
+               "the saved state of ", where, " has ", p->begin > next ? "a gap" : "overlapping pieces", " at element ",
+               next);
+      next = p->end;
+    }
+    MT_CHECK(!covering.empty() && next >= s.end, who, "the saved state does not cover ", where,
+             covering.empty() ? "" : mixtrain::detail::concat(" (it ends at element ", next, ")"));
+    optim::ParamState state;
+    state.step = covering.front()->step;
+    std::map<std::string, DType> keys;
+    for (const auto& [key, t] : covering.front()->tensors) keys[key] = t.dtype();
+    for (const ZeroStatePiece* p : covering) {
+      MT_CHECK(p->step == state.step, who, "the pieces of ", param_name(s.param), " disagree on its update count (",
+               p->step, " and ", state.step, ")");
+      std::map<std::string, DType> these;
+      for (const auto& [key, t] : p->tensors) these[key] = t.dtype();
+      MT_CHECK(these == keys, who, "the pieces of ", param_name(s.param), " hold different state tensors or dtypes");
+    }
+    for (const auto& [key, dtype] : keys) {
+      Tensor* field = state.state_dict_entry(key);
+      MT_CHECK(field != nullptr, who, "unknown state '", mixtrain::detail::quote_untrusted(key), "' for ", where);
+      Tensor whole = empty({s.end - s.begin}, {.dtype = dtype, .device = s.view.device()});
+      for (const ZeroStatePiece* p : covering) {
+        const int64_t b = std::max(p->begin, s.begin), e = std::min(p->end, s.end);
+        const Tensor& src = std::find_if(p->tensors.begin(), p->tensors.end(), [&](const auto& kv) {
+                              return kv.first == key;
+                            })->second;
+        whole.narrow(0, b - s.begin, e - b).copy_(src.narrow(0, b - p->begin, e - b));
+      }
+      *field = whole;
+    }
+    sd.state.push_back(std::move(state));
+  }
+  local_->load_state_dict(sd);
+}
+
+optim::OptimizerStateDict ZeroRedundancyOptimizer::state_dict() const {
+  const int size = group_->size();
+  const std::vector<ZeroStatePiece> mine = local_state_pieces();
+  // Which keys (and dtypes) each piece holds, and its update count: one line per piece.
+  std::ostringstream layout;
+  for (const ZeroStatePiece& p : mine) {
+    layout << p.param << ' ' << p.begin << ' ' << p.end << ' ' << p.step;
+    for (const auto& [key, t] : p.tensors) layout << ' ' << key << ' ' << static_cast<int>(t.dtype());
+    layout << '\n';
+  }
+  const std::vector<std::string> layouts = group_->all_gather(layout.str());
+
+  struct Described {
+    int rank;
+    int64_t param, begin, end, step, at;  // `at`: element offset in that rank's gathered buffer
+    std::map<std::string, DType> keys;
+  };
+  std::vector<Described> described;
+  std::set<std::string> keys_anywhere;
+  for (int q = 0; q < size; ++q) {
+    std::istringstream in(layouts[static_cast<size_t>(q)]);
+    std::string line;
+    int64_t at = 0;
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      Described d{q, 0, 0, 0, 0, at, {}};
+      f >> d.param >> d.begin >> d.end >> d.step;
+      std::string key;
+      int dtype = 0;
+      while (f >> key >> dtype) {
+        d.keys[key] = static_cast<DType>(dtype);
+        keys_anywhere.insert(key);
+      }
+      at += d.end - d.begin;
+      described.push_back(std::move(d));
+    }
+  }
+
+  optim::OptimizerStateDict out;
+  out.state.resize(params_.size());
+  for (const Described& d : described) out.state[static_cast<size_t>(d.param)].step = d.step;
+  const int64_t chunk = (total_ + size - 1) / size;
+  NoGradGuard no_grad;
+  for (const char* key : kStateKeys) {
+    if (!keys_anywhere.contains(key)) continue;
+    // fp32 holds every state dtype exactly (bf16 moments and compensations widen exactly).
+    Tensor flat = zeros({chunk}, {.dtype = kFloat32, .device = Device{}});
+    int64_t at = 0;
+    for (const ZeroStatePiece& p : mine) {
+      for (const auto& [k, t] : p.tensors)
+        if (k == key) flat.narrow(0, at, p.end - p.begin).copy_(t);
+      at += p.end - p.begin;
+    }
+    Tensor gathered = empty({chunk * size}, {.dtype = kFloat32, .device = Device{}});
+    all_gather_in_pieces(*group_, flat, gathered);
+    for (const Described& d : described) {
+      const auto it = d.keys.find(key);
+      if (it == d.keys.end()) continue;
+      const Tensor& param = params_[static_cast<size_t>(d.param)];
+      Tensor* field = out.state[static_cast<size_t>(d.param)].state_dict_entry(key);
+      if (!field->defined()) *field = zeros(param.shape(), {.dtype = it->second, .device = param.device()});
+      field->view({-1}).narrow(0, d.begin, d.end - d.begin).copy_(gathered.narrow(0, d.rank * chunk + d.at, d.end - d.begin));
+    }
+  }
+  for (size_t g = 0; g < local_->num_param_groups(); ++g) {
+    std::map<std::string, double> h = local_->hyperparameters(g);
+    if (initial_lr(g)) h["initial_lr"] = *initial_lr(g);
+    out.param_groups.push_back(std::move(h));
+  }
+  return out;
+}
+
+void ZeroRedundancyOptimizer::load_state_dict(const optim::OptimizerStateDict& sd) {
+  MT_CHECK(sd.state.size() == params_.size(), "ZeroRedundancyOptimizer.load_state_dict: the state dict has ",
+           sd.state.size(), " parameter states, this optimizer has ", params_.size(), " parameters");
+  MT_CHECK(sd.param_groups.size() == 1, "ZeroRedundancyOptimizer.load_state_dict: the state dict has ",
+           sd.param_groups.size(), " parameter groups; ZeRO-1 has one");
+  std::vector<ZeroStatePiece> pieces;
+  for (const Slice& s : local_slices_) {
+    const optim::ParamState& full = sd.state[static_cast<size_t>(s.param)];
+    ZeroStatePiece p{s.param, s.begin, s.end, full.step, {}};
+    for (const auto& [key, t] : full.named_tensors()) {
+      MT_CHECK(t.numel() == params_[s.param].numel(), "ZeroRedundancyOptimizer.load_state_dict: state '", key,
+               "' of ", param_name(s.param), " is ", describe(t), ", expected the parameter's shape ",
+               params_[s.param].shape());
+      p.tensors.emplace_back(key, t.contiguous().view({-1}).narrow(0, s.begin, s.end - s.begin));
+    }
+    pieces.push_back(std::move(p));
+  }
+  const std::map<std::string, double> old = local_->hyperparameters(0);
+  local_->set_hyperparameters(0, sd.param_groups[0]);
+  try {
+    load_state_pieces(pieces);
+  } catch (...) {
+    local_->set_hyperparameters(0, old);
+    throw;
+  }
+  const auto it = sd.param_groups[0].find("initial_lr");
+  if (it != sd.param_groups[0].end()) set_initial_lr(0, it->second);
+  // Each rank set its own elements from their masters; the others' come from them.
+  all_gather_parameters();
+}
+
+}  // namespace mixtrain::dist

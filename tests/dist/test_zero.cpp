@@ -1,0 +1,293 @@
+// ZeroRedundancyOptimizer (ZeRO-1): the partition, the state pieces and their re-sharding in one
+// process; under `mpirun -np 2` and `-np 3` (CTest's mpi:zero_2, mpi:zero_3, uneven shards that
+// straddle parameters) the trajectory against plain DDP, bit for bit, in fp32, bf16 and fp16 with
+// the GradScaler, the gathered state against DDP's optimizer state, the per-rank state bytes, and a
+// model on the checked device against the same model on the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "mixtrain/dist/ddp.h"
+#include "mixtrain/dist/process_group.h"
+#include "mixtrain/dist/zero.h"
+#include "mixtrain/mixtrain.h"
+#include "support/checked_device.h"
+#include "support/expect_error.h"
+
+namespace mt = mixtrain;
+namespace F = mixtrain::nn::functional;
+namespace dist = mixtrain::dist;
+
+namespace {
+
+#define MT_REQUIRE_SEVERAL_RANKS()      \
+  if (dist::world().size() < 2)         \
+  GTEST_SKIP() << "needs several processes: mpirun -np 2 mixtrain_tests --gtest_filter='Zero*' (CTest: mpi:zero_2)"
+
+// 6*16 + 16 + 16*3 + 3 = 163 elements: 81/82 over 2 ranks, 54/54/55 over 3, each cut inside a weight.
+std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) {
+  mt::manual_seed(seed);
+  return std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, 16), mt::nn::ReLU(), mt::nn::Linear(16, 3));
+}
+
+std::vector<mt::optim::NamedParameter> named(mt::nn::Module& m) {
+  std::vector<mt::optim::NamedParameter> out;
+  for (auto& [name, p] : m.named_parameters()) out.push_back({name, p});
+  return out;
+}
+
+constexpr mt::optim::AdamOptions kAdam{.lr = 0.01, .weight_decay = 0.1};
+
+dist::ZeroRedundancyOptimizer::LocalFactory adamw(const mt::optim::AdamOptions& o = kAdam) {
+  return [o](std::vector<mt::optim::NamedParameter> shard) -> std::unique_ptr<mt::optim::Optimizer> {
+    return std::make_unique<mt::optim::AdamW>(std::move(shard), o);
+  };
+}
+
+std::vector<float> values(const mt::Tensor& t) { return t.to(mt::kCPU).to(mt::kFloat32).to_vector<float>(); }
+
+// Bit equality of two state dicts (same keys, dtypes and values).
+void expect_same_state(const mt::optim::OptimizerStateDict& a, const mt::optim::OptimizerStateDict& b) {
+  ASSERT_EQ(a.state.size(), b.state.size());
+  for (size_t i = 0; i < a.state.size(); ++i) {
+    SCOPED_TRACE("parameter " + std::to_string(i));
+    EXPECT_EQ(a.state[i].step, b.state[i].step);
+    const auto ta = a.state[i].named_tensors(), tb = b.state[i].named_tensors();
+    ASSERT_EQ(ta.size(), tb.size());
+    for (size_t k = 0; k < ta.size(); ++k) {
+      EXPECT_EQ(ta[k].first, tb[k].first);
+      EXPECT_EQ(ta[k].second.dtype(), tb[k].second.dtype()) << ta[k].first;
+      EXPECT_EQ(ta[k].second.shape(), tb[k].second.shape()) << ta[k].first;
+      EXPECT_EQ(values(ta[k].second), values(tb[k].second)) << ta[k].first;
+    }
+  }
+  EXPECT_EQ(a.param_groups, b.param_groups);
+}
+
+// ---- one process -------------------------------------------------------------------------------
+
+TEST(Zero, OneRankOwnsEverythingAndStepsLikeItsOptimizer) {
+  auto a = make_model(3), b = make_model(3);
+  auto group = dist::make_single_process_group();
+  mt::optim::AdamW plain(named(*a), kAdam);
+  dist::ZeroRedundancyOptimizer zero(named(*b), *group, adamw());
+  EXPECT_EQ(zero.total_elements(), 163);
+  EXPECT_EQ(zero.owned_range(0), (std::pair<int64_t, int64_t>{0, 163}));
+  EXPECT_STREQ(zero.name(), "AdamW");
+  mt::Generator g(5);
+  const mt::Tensor x = mt::randn({8, 6}, {}, &g), y = mt::randint(0, 3, {8}, {.dtype = mt::kInt64}, &g);
+  for (int step = 0; step < 4; ++step) {
+    for (auto [model, opt] : {std::pair<mt::nn::Module*, mt::optim::Optimizer*>{a.get(), &plain}, {b.get(), &zero}}) {
+      opt->zero_grad();
+      F::cross_entropy((*model)(x), y).backward();
+      opt->step();
+    }
+  }
+  const auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(values(pa[i]), values(pb[i])) << i;
+  expect_same_state(zero.state_dict(), plain.state_dict());
+  EXPECT_EQ(zero.state_bytes().total(), plain.state_bytes().total());
+}
+
+// Saved pieces from any partition load into any other: here the state of one rank is cut as 3, 5
+// and 2 ranks would have cut it, and each layout is loaded back whole.
+TEST(Zero, StatePiecesFromAnyPartitionLoadBack) {
+  auto m = make_model(4);
+  auto group = dist::make_single_process_group();
+  dist::ZeroRedundancyOptimizer zero(named(*m), *group, adamw());
+  mt::Generator g(6);
+  const mt::Tensor x = mt::randn({8, 6}, {}, &g), y = mt::randint(0, 3, {8}, {.dtype = mt::kInt64}, &g);
+  for (int step = 0; step < 3; ++step) {
+    zero.zero_grad();
+    F::cross_entropy((*m)(x), y).backward();
+    zero.step();
+  }
+  const mt::optim::OptimizerStateDict before = zero.state_dict();
+  const std::vector<dist::ZeroStatePiece> whole = zero.local_state_pieces();
+  ASSERT_EQ(whole.size(), 4u);  // one per parameter
+  for (int world : {3, 5, 2}) {
+    SCOPED_TRACE("cut for " + std::to_string(world) + " ranks");
+    // Re-cut each piece at the boundaries of `world` ranks over the 163 elements.
+    std::vector<dist::ZeroStatePiece> cut;
+    int64_t offset = 0;
+    for (const dist::ZeroStatePiece& p : whole) {
+      for (int r = 0; r < world; ++r) {
+        const int64_t lo = 163 * r / world - offset, hi = 163 * (r + 1) / world - offset;
+        const int64_t b = std::max(lo, p.begin), e = std::min(hi, p.end);
+        if (b >= e) continue;
+        dist::ZeroStatePiece q{p.param, b, e, p.step, {}};
+        for (const auto& [key, t] : p.tensors) q.tensors.emplace_back(key, t.narrow(0, b, e - b).clone());
+        cut.push_back(std::move(q));
+      }
+      offset += p.end;
+    }
+    EXPECT_GT(cut.size(), whole.size());
+    // Scribble over the state, then load the cut pieces back.
+    auto other = make_model(4);
+    dist::ZeroRedundancyOptimizer fresh(named(*other), *group, adamw());
+    fresh.load_state_pieces(cut);
+    fresh.set_hyperparameters(0, before.param_groups[0]);
+    expect_same_state(fresh.state_dict(), before);
+  }
+}
+
+TEST(Zero, BadPiecesAreRefusedBeforeAnythingChanges) {
+  auto m = make_model(5);
+  auto group = dist::make_single_process_group();
+  dist::ZeroRedundancyOptimizer zero(named(*m), *group, adamw());
+  mt::Generator g(7);
+  const mt::Tensor x = mt::randn({4, 6}, {}, &g), y = mt::randint(0, 3, {4}, {.dtype = mt::kInt64}, &g);
+  zero.zero_grad();
+  F::cross_entropy((*m)(x), y).backward();
+  zero.step();
+  const std::vector<dist::ZeroStatePiece> good = zero.local_state_pieces();
+  const mt::optim::OptimizerStateDict before = zero.state_dict();
+
+  auto gap = good;
+  gap[1].begin += 1;
+  for (auto& [key, t] : gap[1].tensors) t = t.narrow(0, 1, t.numel() - 1);
+  EXPECT_MT_ERROR(zero.load_state_pieces(gap), "has a gap at element 0");
+
+  auto missing = good;
+  missing.pop_back();
+  EXPECT_MT_ERROR(zero.load_state_pieces(missing), "does not cover 2.bias");
+
+  auto overlap = good;
+  dist::ZeroStatePiece extra = good[0];
+  extra.begin = 1;
+  for (auto& [key, t] : extra.tensors) t = t.narrow(0, 1, t.numel() - 1);
+  overlap.push_back(extra);
+  EXPECT_MT_ERROR(zero.load_state_pieces(overlap), "overlapping pieces");
+
+  auto short_tensor = good;
+  short_tensor[2].tensors[0].second = short_tensor[2].tensors[0].second.narrow(0, 0, 3);
+  EXPECT_MT_ERROR(zero.load_state_pieces(short_tensor), "expected 48 elements in one dimension");
+
+  auto bad_param = good;
+  bad_param[0].param = 9;
+  EXPECT_MT_ERROR(zero.load_state_pieces(bad_param), "names parameter 9 of 4");
+
+  expect_same_state(zero.state_dict(), before);
+}
+
+TEST(Zero, RefusesFactoriesWithSeveralGroupsAndEmptyOnes) {
+  auto m = make_model(6);
+  auto group = dist::make_single_process_group();
+  EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(named(*m), *group, nullptr), "factory is empty");
+  auto two_groups = [](std::vector<mt::optim::NamedParameter> shard) -> std::unique_ptr<mt::optim::Optimizer> {
+    std::vector<mt::optim::ParamGroupSpec<mt::optim::AdamOptions>> groups(2);
+    for (size_t i = 0; i < shard.size(); ++i) groups[i % 2].params.push_back(shard[i].param);
+    return std::make_unique<mt::optim::AdamW>(std::move(groups));
+  };
+  EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(named(*m), *group, two_groups), "needs one group");
+}
+
+// ---- several processes -------------------------------------------------------------------------
+
+enum class Mode { kFp32, kBf16, kFp16Scaler };
+
+const char* mode_name(Mode m) { return m == Mode::kFp32 ? "fp32" : m == Mode::kBf16 ? "bf16" : "fp16+scaler"; }
+
+// 20 steps of DDP + AdamW and of DDP + ZeRO-1 on the same data, compared after every step. 16-bit
+// modes train 16-bit parameters with fp32 masters; fp16 uses the GradScaler with a short growth
+// interval (the scale moves) and an overflow on one rank at step 7 (every rank must skip it).
+void follow_ddp(Mode mode, const mt::Device& device) {
+  dist::ProcessGroup& world = dist::world();
+  const mt::DType dtype = mode == Mode::kFp32 ? mt::kFloat32 : mode == Mode::kBf16 ? mt::kBFloat16 : mt::kFloat16;
+  auto a = make_model(40 + world.rank()), b = make_model(40 + world.rank());  // DDP broadcasts rank 0's
+  a->to(dtype).to(device);
+  b->to(dtype).to(device);
+  dist::DistributedDataParallel ddp_a(*a, world), ddp_b(*b, world);
+  mt::optim::AdamW plain(named(*a), kAdam);
+  dist::ZeroRedundancyOptimizer zero(named(*b), world, adamw());
+  const mt::amp::GradScalerOptions so{.init_scale = 1024.0, .growth_interval = 3, .enabled = mode == Mode::kFp16Scaler};
+  mt::amp::GradScaler scaler_a(so), scaler_b(so);
+  int skipped = 0;
+  for (int step = 0; step < 20; ++step) {
+    mt::Generator g(100 + step * 16 + world.rank());  // each rank its own samples
+    const mt::Tensor x = mt::randn({6, 6}, {}, &g).to(dtype).to(device);
+    const mt::Tensor y = mt::randint(0, 3, {6}, {.dtype = mt::kInt64}, &g).to(device);
+    const bool overflow = mode == Mode::kFp16Scaler && step == 7 && world.rank() == world.size() - 1;
+    for (auto [model, opt, scaler] : {std::tuple<mt::nn::Module*, mt::optim::Optimizer*, mt::amp::GradScaler*>{
+                                          a.get(), &plain, &scaler_a},
+                                      {b.get(), &zero, &scaler_b}}) {
+      opt->zero_grad();
+      mt::Tensor loss = F::cross_entropy((*model)(x).to(mt::kFloat32), y);
+      if (overflow) loss = loss * 1e30f;
+      scaler->scale(loss).backward();
+      const bool stepped = scaler->step(*opt);
+      if (opt == &zero && !stepped) ++skipped;
+      scaler->update();
+    }
+    const auto pa = a->parameters(), pb = b->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      ASSERT_EQ(pb[i].device(), device);
+      ASSERT_EQ(values(pa[i]), values(pb[i])) << "parameter " << i << " after step " << step + 1;
+    }
+    ASSERT_EQ(scaler_a.get_scale(), scaler_b.get_scale()) << "after step " << step + 1;
+  }
+  EXPECT_EQ(skipped, mode == Mode::kFp16Scaler ? 1 : 0);
+  // The parameters must have moved: a broken update that changes nothing would also compare equal.
+  const std::vector<float> start = values(make_model(40)->parameters()[0].to(dtype));
+  EXPECT_NE(values(b->parameters()[0]), start);
+  // Every rank holds the same parameters.
+  const std::vector<float> mine = values(b->parameters()[2]);
+  const mt::Tensor flat = mt::from_vector(mine, {static_cast<int64_t>(mine.size())});
+  world.broadcast(flat, 0);
+  EXPECT_EQ(flat.to_vector<float>(), mine);
+
+  expect_same_state(zero.state_dict(), plain.state_dict());
+  // The state (masters and moments) is sharded: about 1/N per rank, never more than one element over.
+  const double ratio =
+      static_cast<double>(zero.state_bytes().total()) / static_cast<double>(plain.state_bytes().total());
+  EXPECT_LE(ratio, 1.0 / world.size() + 1.0 / 163) << "state bytes " << zero.state_bytes().total() << " vs "
+                                                     << plain.state_bytes().total();
+  if (world.size() == 2) EXPECT_LE(ratio, 0.55);
+}
+
+TEST(ZeroMpi, FollowsDdpBitForBit) {
+  MT_REQUIRE_SEVERAL_RANKS();
+  for (Mode mode : {Mode::kFp32, Mode::kBf16, Mode::kFp16Scaler}) {
+    SCOPED_TRACE(mode_name(mode));
+    follow_ddp(mode, mt::kCPU);
+  }
+}
+
+// A model built on the CPU and moved to the checked device (the default device left alone): the
+// owned views, the updates and the all-gather work on device tensors.
+TEST(ZeroMpi, FollowsDdpOnADevice) {
+  MT_REQUIRE_SEVERAL_RANKS();
+  ASSERT_EQ(mt::default_device(), mt::Device{});
+  for (Mode mode : {Mode::kFp32, Mode::kBf16}) {
+    SCOPED_TRACE(mode_name(mode));
+    follow_ddp(mode, mt::testing::checked_device());
+  }
+}
+
+TEST(ZeroMpi, TheRangesTileTheModel) {
+  MT_REQUIRE_SEVERAL_RANKS();
+  auto m = make_model(8);
+  dist::ZeroRedundancyOptimizer zero(named(*m), dist::world(), adamw());
+  int64_t next = 0;
+  for (int r = 0; r < dist::world().size(); ++r) {
+    const auto [b, e] = zero.owned_range(r);
+    EXPECT_EQ(b, next);
+    EXPECT_GE(e - b, 163 / dist::world().size());
+    EXPECT_LE(e - b, 163 / dist::world().size() + 1);
+    next = e;
+  }
+  EXPECT_EQ(next, 163);
+  EXPECT_MT_ERROR(zero.owned_range(dist::world().size()), "is not in this group");
+}
+
+TEST(ZeroMpi, RanksWithDifferentModelsAreRefused) {
+  MT_REQUIRE_SEVERAL_RANKS();
+  mt::manual_seed(1);
+  auto m = std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, dist::world().rank() == 0 ? 16 : 17));
+  EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(named(*m), dist::world(), adamw()),
+                  "passed another parameter list than rank 0");
+}
+
+}  // namespace
