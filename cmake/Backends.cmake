@@ -3,9 +3,11 @@
 #                   and, when enabled, configures the mixtrain target for itself (libraries,
 #                   definitions, per-file flags); may add to BACKEND_ALWAYS_BUILT (files compiled
 #                   even when the backend is off; descriptor.cpp always is) and BACKEND_EXCLUDE
-#                   (regexes of its files not to build)
+#                   (regexes of its files not to build); sets BACKEND_COLLECTIVES ON when the build
+#                   includes its device collectives (core/device_collectives.h: CUDA's NCCL)
 #   descriptor.cpp  mixtrain::<name>::descriptor(): name, device type, autocast defaults, --help text
-#   the rest        its memory side (mixtrain::<name>::backend()) and, under kernels/, its kernels
+#   the rest        its memory side (mixtrain::<name>::backend()), with BACKEND_COLLECTIVES its device
+#                   collectives (mixtrain::<name>::device_collectives()) and, under kernels/, its kernels
 #                   (mixtrain::kernels::register_<name>(Registry&))
 # Files under kernels/ are in the kernels layer, the rest in core (cmake/Layers.cmake). This file
 # adds the sources and generates the two lists the library reads: the descriptors and memory sides
@@ -35,6 +37,7 @@ foreach(name IN LISTS backend_names)
   set(BACKEND_ENABLED ON)
   set(BACKEND_ALWAYS_BUILT descriptor.cpp)
   set(BACKEND_EXCLUDE "")
+  set(BACKEND_COLLECTIVES OFF)
   include(${BACKEND_DIR}/backend.cmake)
   list(APPEND MIXTRAIN_BACKENDS ${name})
   string(APPEND decls "namespace ${name} {\nconst BackendDescriptor& descriptor();\n")
@@ -46,7 +49,14 @@ foreach(name IN LISTS backend_names)
     endforeach()
     string(APPEND decls "Backend& backend();\n")
     string(APPEND memory_fns "Backend* ${name}_backend() { return &::mixtrain::${name}::backend(); }\n")
-    string(APPEND entries "      {&::mixtrain::${name}::descriptor(), &${name}_backend},\n")
+    if(BACKEND_COLLECTIVES)
+      string(APPEND decls "DeviceCollectives& device_collectives();\n")
+      string(APPEND memory_fns
+             "DeviceCollectives* ${name}_collectives() { return &::mixtrain::${name}::device_collectives(); }\n")
+      string(APPEND entries "      {&::mixtrain::${name}::descriptor(), &${name}_backend, &${name}_collectives},\n")
+    else()
+      string(APPEND entries "      {&::mixtrain::${name}::descriptor(), &${name}_backend},\n")
+    endif()
     string(APPEND kernel_decls "void register_${name}(Registry& registry);\n")
     string(APPEND kernel_calls "  {\n    Registry registry(::mixtrain::${name}::descriptor().type);\n    register_${name}(registry);\n  }\n")
     string(APPEND kernel_decls "")

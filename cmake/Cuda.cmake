@@ -68,3 +68,6 @@ endif()
 
 # cuDNN (conv2d's kernels), only with the CUDA backend: MIXTRAIN_CUDNN=AUTO|ON|OFF -> MIXTRAIN_WITH_CUDNN.
 include(${CMAKE_CURRENT_LIST_DIR}/Cudnn.cmake)
+# NCCL (device collectives for data-parallel training), only with the CUDA backend:
+# MIXTRAIN_NCCL=AUTO|ON|OFF -> MIXTRAIN_WITH_NCCL.
+include(${CMAKE_CURRENT_LIST_DIR}/Nccl.cmake)

@@ -2,7 +2,7 @@
 # The one-shot GPU check, run ON the lent H200 machine (device tool `run`), in about 8 minutes:
 #
 #   run  command: bash scripts/gpu-check.sh "$OUT"     carry: [".gpu-debs"]     timeout_s: 570
-#   run  command: bash scripts/gpu-check.sh --quick "$OUT"   (build + tests only: under 4 minutes)
+#   run  command: bash scripts/gpu-check.sh --quick "$OUT"   (build + tests + nccl only: under 4 minutes)
 #
 # Before it, HERE: scripts/gpu-check-prepare.sh (downloads the Debian .debs into .gpu-debs/). The
 # machine has nvcc 13.0, CMake, ninja, Python 3.12 + PyTorch 2.11 and no package registry; the .debs
@@ -16,12 +16,16 @@
 # recorded and the next one runs; raw outputs go to a work dir, results and logs to the output dir):
 #   inventory      nvidia-smi, nvcc/CMake/torch versions, cuDNN/cuBLASLt/NCCL locations  -> env.json
 #   build          unpack .gpu-debs, configure (Release, Ninja, MIXTRAIN_CUDA=ON, MIXTRAIN_MPI=OFF, sm_90)
-#                  and build mixtrain_tests, the mixtrain CLI and cuda_gemm_bench           -> build.log
+#                  and build mixtrain_tests, mixtrain_nccl_smoke (when NCCL was found), the mixtrain CLI
+#                  and cuda_gemm_bench                                                       -> build.log
 #   tests          1. the CUDA-vs-CPU tests: mixtrain_tests --gtest_filter='Cuda*:CachingAllocator*'
 #                  2. placement on cuda: the *Placement* suites with MIXTRAIN_PLACEMENT_DEVICE=cuda
 #                     (every model built on the CPU, moved with .to(cuda), default device left alone)
 #                  3. the device-generic suites (MIXTRAIN_CHECKED_SUITES of tests/CMakeLists.txt, less
 #                     MIXTRAIN_CUDA_SKIPPED_SUITES) with MIXTRAIN_TEST_DEVICE=cuda
+#                                                                                -> tests.log, tests.json
+#   nccl           mixtrain_nccl_smoke (tests/cuda/nccl_smoke.cpp): NCCL in a world of one GPU (unique id,
+#                  connect, all_reduce/broadcast of CUDA tensors, DDP over a CUDA model on the NCCL path)
 #                                                                                -> tests.log, tests.json
 #   gemm           cuda_gemm_bench --json, bench/gpu/torch_gemm.py          -> bench.json, torch.json
 #   mixtrain_gpt   mixtrain bench --device cuda --model gpt-small --precision fp32|bf16|fp16 --json
@@ -35,7 +39,7 @@
 #
 # Settings (environment):
 #   MT_GPU_CHECK_BUDGET=480       seconds for all phases; each phase's timeout is clipped to what is left
-#   MT_GPU_CHECK_PHASES=inventory,build,tests,gemm,mixtrain,torch,compile   the phases to run
+#   MT_GPU_CHECK_PHASES=inventory,build,tests,nccl,gemm,mixtrain,torch,compile   the phases to run
 #   MT_GPU_CHECK_SKIP_BUILD=1     no unpack/configure/build (use the prefix and binaries of an earlier call)
 #   MT_GPU_CHECK_CONFIGURE_ONLY=1 unpack + configure, no compile (also without a GPU: a dry run here)
 #   MT_GPU_CHECK_CUDA=ON          MIXTRAIN_CUDA for the configure (OFF for a CPU-only dry run)
@@ -44,7 +48,7 @@
 #   MT_TORCH_COMPILE_PRECISIONS=bf16
 #   MT_GPU_DEPS_PREFIX=<repo>/.gpu-deps MT_GPU_BUILD_DIR=<repo>/build-gpu MT_GPU_WORK_DIR=/tmp/mtgpu-work
 #   MT_GPU_DEBS=<repo>/.gpu-debs  MT_PYTHON=python3  MT_GPU_CHECK_JOBS=<nproc>
-# --quick: MT_GPU_CHECK_PHASES=inventory,build,tests and only the test binary is built.
+# --quick: MT_GPU_CHECK_PHASES=inventory,build,tests,nccl and only the test binaries are built.
 # Exit status: 0 when every phase ended ok (or was skipped for want of a GPU), else 1; 2 on bad usage.
 set -u
 set -o pipefail
@@ -68,8 +72,8 @@ BUILD="${MT_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 WORK="${MT_GPU_WORK_DIR:-/tmp/mtgpu-work}"
 DEBS="${MT_GPU_DEBS:-$ROOT/.gpu-debs}"
 BUDGET="${MT_GPU_CHECK_BUDGET:-480}"
-PHASES="${MT_GPU_CHECK_PHASES:-inventory,build,tests,gemm,mixtrain,torch,compile}"
-((QUICK)) && PHASES=inventory,build,tests
+PHASES="${MT_GPU_CHECK_PHASES:-inventory,build,tests,nccl,gemm,mixtrain,torch,compile}"
+((QUICK)) && PHASES=inventory,build,tests,nccl
 SKIP_BUILD="${MT_GPU_CHECK_SKIP_BUILD:-0}"
 CONFIGURE_ONLY="${MT_GPU_CHECK_CONFIGURE_ONLY:-0}"
 CUDA_MODE="${MT_GPU_CHECK_CUDA:-ON}"
@@ -263,6 +267,7 @@ export PYTHONUNBUFFERED=1
 
 # --- b. unpack, configure, build -------------------------------------------------------------------
 TEST_BIN="$BUILD/tests/mixtrain_tests"
+NCCL_BIN="$BUILD/tests/mixtrain_nccl_smoke"
 CLI_BIN="$BUILD/tools/mixtrain/mixtrain"
 GEMM_BIN=""
 find_gemm_bin() {
@@ -313,8 +318,8 @@ do_build() {
     return
   fi
   all="$(cmake --build "$BUILD" --target help 2>/dev/null | sed -n 's/^\([A-Za-z0-9_.+-]*\): .*/\1/p')"
-  for t in mixtrain_tests mixtrain_cli; do
-    ((QUICK)) && [[ "$t" != mixtrain_tests ]] && continue
+  for t in mixtrain_tests mixtrain_nccl_smoke mixtrain_cli; do
+    ((QUICK)) && [[ "$t" == mixtrain_cli ]] && continue
     grep -qx "$t" <<<"$all" && targets+=("$t")
   done
   ((QUICK)) || while read -r t; do [[ -n "$t" ]] && targets+=("$t"); done < <(grep -E '(^|_)cuda_gemm_bench$' <<<"$all")
@@ -377,6 +382,27 @@ if want tests; then
     ((worst == 0)) && worst=$rc2
     ((worst == 0)) && worst=$rc3
     record tests "$st" "$worst" "$t0" "Cuda*:CachingAllocator* rc $rc1; placement on cuda rc $rc2; device-generic suites on cuda rc $rc3"
+  fi
+fi
+
+# --- c2. NCCL in a world of one GPU --------------------------------------------------------------------
+# DDP's device path (docs/distributed.md, "Models on a device"): built only when configuring found NCCL.
+if want nccl; then
+  t0="$(now_ms)"
+  if ((!HAVE_GPU)); then
+    record nccl no-gpu 0 "$t0" "no GPU"
+  elif [[ ! -x "$NCCL_BIN" ]]; then
+    record nccl skipped 0 "$t0" "no $NCCL_BIN: $(grep -m1 -o 'mixtrain: NCCL OFF.*' "$BUILD_LOG" || echo 'not built')"
+  elif (($(left_s) - RESERVE_TORCH < 10)); then
+    record nccl skipped 0 "$t0" "budget spent"
+  else
+    run_to "$(min 60 "$(cap_res 60 "$RESERVE_TORCH")")" "$WORK/tests_nccl.log" env NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
+      "$NCCL_BIN" --gtest_output="json:$WORK/gtest_nccl.json"
+    {
+      printf '\n===== tests_nccl =====\n'
+      cat "$WORK/tests_nccl.log"
+    } >>"$TESTS_LOG"
+    record nccl "$(status_of "$RC")" "$RC" "$t0" "mixtrain_nccl_smoke rc $RC"
   fi
 fi
 

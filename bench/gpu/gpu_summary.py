@@ -15,7 +15,8 @@ except in a child process of `env` with a timeout).
       --cuda, the suites of MIXTRAIN_CUDA_SKIPPED_SUITES are excluded as well.
   gpu_summary.py summary --work WORK --out OUT [--budget S] [--quiet]
       reads WORK/phases.tsv (name, status, rc, milliseconds, note per phase) and each phase's raw
-      output in WORK, writes OUT/summary.json, OUT/tests.json (the gtest JSON reports), OUT/bench.json
+      output in WORK, writes OUT/summary.json, OUT/tests.json (the gtest JSON reports, the NCCL smoke
+      test's among them), OUT/bench.json
       (mixtrain: cuda_gemm_bench and `mixtrain bench` runs), OUT/torch.json (torch_gemm.py and
       torch_gpt.py runs), and prints the table: phase, status, seconds, headline numbers; GPT-small per
       implementation and precision; the issue's targets with PASS/FAIL (n/a where a number is missing):
@@ -43,7 +44,7 @@ import time
 
 PEAK = 790.0
 GIB = float(2**30)
-PHASE_ORDER = ("inventory", "build", "tests", "gemm", "mixtrain_gpt", "torch_eager", "torch_compile")
+PHASE_ORDER = ("inventory", "build", "tests", "nccl", "gemm", "mixtrain_gpt", "torch_eager", "torch_compile")
 LIB_NAMES = ("libcudnn", "libcublasLt", "libcublas", "libnccl", "libcudart", "libnvrtc")
 
 
@@ -448,7 +449,8 @@ def cmd_summary(a):
     reports = {}
     for key, label in (("cuda", "Cuda*:CachingAllocator* (CPU)"),
                        ("placement", "*Placement* on MIXTRAIN_PLACEMENT_DEVICE=cuda"),
-                       ("checked", "checked suites on MIXTRAIN_TEST_DEVICE=cuda")):
+                       ("checked", "checked suites on MIXTRAIN_TEST_DEVICE=cuda"),
+                       ("nccl", "mixtrain_nccl_smoke: NCCL in a world of one GPU")):
         counts, rep = gtest_counts(os.path.join(work, "gtest_%s.json" % key), os.path.join(work, "tests_%s.log" % key))
         if counts is not None:
             counts["filter"] = label
@@ -545,6 +547,11 @@ def cmd_summary(a):
             parts.append("%s %d/%d passed, %d failed, %d skipped%s" % (label, c["passed"], c["total"], c["failed"],
                                                                       c["skipped"], " (unfinished: %s)" % c["unfinished"] if c.get("unfinished") else ""))
     heads["tests"] = "; ".join(parts)
+    c = tests.get("nccl")
+    if c:
+        heads["nccl"] = "NcclSmoke %d/%d passed, %d failed, %d skipped%s" % (
+            c["passed"], c["total"], c["failed"], c["skipped"],
+            " (unfinished: %s)" % c["unfinished"] if c.get("unfinished") else "")
     gparts = []
     for label, g in (("mixtrain", mt_gemm), ("torch", th_gemm)):
         b = g.get("bf16") or {}
@@ -580,6 +587,8 @@ def cmd_summary(a):
     phases.setdefault("inventory", {})["gpu"] = gpu
     if "tests" in phases:
         phases["tests"]["counts"] = tests
+    if "nccl" in phases and tests.get("nccl"):
+        phases["nccl"]["counts"] = tests["nccl"]
 
     total = sum(p.get("seconds") or 0 for p in phases.values())
     summary = {

@@ -1,12 +1,14 @@
 // DistributedDataParallel (mixtrain/dist/ddp.h): buckets filled by post-accumulate-grad hooks,
 // all-reduced in index order while backward runs, averaged into .grad when the last gradient
-// arrives.
+// arrives. The buckets go through the process group (host memory, host-staged for a device model)
+// or through the device's collectives (core/device_collectives.h), bootstrapped over the group.
 #include "mixtrain/dist/ddp.h"
 
 #include <algorithm>
 #include <optional>
 #include <sstream>
 
+#include "core/device_collectives.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/error.h"
 #include "mixtrain/factory.h"
@@ -17,6 +19,7 @@ namespace mixtrain::dist {
 struct DistributedDataParallel::Bucket {
   Tensor flat;               // fp32, the bucket's gradients back to back, on the parameters' device
   Tensor host;               // a cpu mirror of flat, reduced in its place when flat is not on the cpu
+                             // and no device collectives reduce it (host-staged)
   int64_t params = 0;        // how many parameters it holds
   int64_t pending = 0;       // of those, not yet ready this backward
   std::shared_ptr<Work> work;  // the all-reduce in flight, until waited for
@@ -52,7 +55,48 @@ void broadcast_staged(ProcessGroup& group, const Tensor& t) {
   Tensor(t).copy_(host);
 }
 
+// The path the options and the device allow (every rank computes the same; the constructor checks).
+ReductionPath choose_path(ReductionPath wanted, Device device, const ProcessGroup& group) {
+  switch (wanted) {
+    case ReductionPath::kProcessGroup: return ReductionPath::kProcessGroup;
+    case ReductionPath::kDeviceCollectives:
+      MT_CHECK(!device.is_cpu(), "DistributedDataParallel: reduction = ", to_string(wanted),
+               ", but the parameters are on the cpu, which the process group reduces in place");
+      require_device_collectives(device.type);  // throws, saying why there are none
+      return ReductionPath::kDeviceCollectives;
+    case ReductionPath::kAuto: break;
+  }
+  // One rank has nothing to reduce: a communicator would only cost its setup.
+  if (device.is_cpu() || group.size() < 2 || device_collectives(device.type) == nullptr)
+    return ReductionPath::kProcessGroup;
+  return ReductionPath::kDeviceCollectives;
+}
+
+// NCCL's bootstrap over the process group: rank 0 makes the communicator's unique id, the group
+// broadcasts its bytes as a uint8 CPU tensor, and every rank connects with its rank and the size.
+std::unique_ptr<DeviceCommunicator> connect_device_communicator(ProcessGroup& group, Device device) {
+  DeviceCollectives& collectives = require_device_collectives(device.type);
+  std::vector<uint8_t> id;
+  if (group.rank() == 0) id = collectives.create_unique_id();
+  const int64_t n = group.all_gather(static_cast<int64_t>(id.size()))[0];  // the others learn its length
+  MT_CHECK(n > 0, "DistributedDataParallel: ", collectives.name(), " made an empty unique id on rank 0");
+  Tensor bytes = group.rank() == 0 ? from_vector(id, {n}, {.dtype = kUInt8, .device = kCPU})
+                                   : zeros({n}, {.dtype = kUInt8, .device = kCPU});
+  group.broadcast(bytes, 0);
+  id = bytes.to_vector<uint8_t>();
+  return collectives.connect(id, group.rank(), group.size(), device);
+}
+
 }  // namespace
+
+std::string_view to_string(ReductionPath path) {
+  switch (path) {
+    case ReductionPath::kAuto: return "auto";
+    case ReductionPath::kProcessGroup: return "process group";
+    case ReductionPath::kDeviceCollectives: return "device collectives";
+  }
+  return "?";
+}
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGroup& group, DdpOptions options)
     : module_(&module), group_(&group), options_(options) {
@@ -82,13 +126,33 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
     MT_CHECK(all[r] == all[0], "DistributedDataParallel: rank ", r, "'s parameters differ from rank 0's: ",
              first_difference(all[0], all[r]));
 
+  // The path, the same on every rank: two ranks on different paths would issue different
+  // collectives and wait for each other forever.
+  path_ = choose_path(options.reduction, *device, group);
+  const std::vector<int64_t> paths = group.all_gather(static_cast<int64_t>(path_));
+  for (int r = 0; r < group.size(); ++r)
+    MT_CHECK(paths[r] == paths[0], "DistributedDataParallel: rank ", r, " reduces through ",
+             to_string(static_cast<ReductionPath>(paths[r])), ", rank 0 through ",
+             to_string(static_cast<ReductionPath>(paths[0])), "; every rank must take the same path");
+  if (path_ == ReductionPath::kDeviceCollectives) {
+    comm_ = connect_device_communicator(group, *device);
+    reduction_backend_ = require_device_collectives(device->type).name();
+  } else {
+    reduction_backend_ = group.backend_name();
+  }
+
   // Rank 0's values everywhere (the parameters only ever change through equal averaged gradients
-  // afterwards, so they stay equal).
-  for (const Tensor& p : params_) broadcast_staged(group, p);
+  // afterwards, so they stay equal). A buffer on another device than the parameters (rare) goes
+  // through the process group.
+  auto broadcast = [&](const Tensor& t) {
+    if (comm_ && t.device() == comm_->device()) comm_->broadcast(t, 0);
+    else broadcast_staged(group, t);
+  };
+  for (const Tensor& p : params_) broadcast(p);
   if (options.broadcast_buffers)
     for (const auto& [name, b] : module.named_buffers()) {
       MT_CHECK(b.is_contiguous(), "DistributedDataParallel: buffer ", name, " must be contiguous");
-      broadcast_staged(group, b);
+      broadcast(b);
     }
 
   // Buckets in reverse parameter order, cut at bucket_cap_mb of fp32 (a larger tensor alone).
@@ -119,7 +183,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
       n += params_[i].numel();
     }
     bucket->flat = zeros({n}, {.dtype = kFloat32, .device = *device});
-    if (!device->is_cpu()) bucket->host = zeros({n}, {.dtype = kFloat32});
+    if (!device->is_cpu() && !comm_) bucket->host = zeros({n}, {.dtype = kFloat32, .device = kCPU});
     bucket->params = static_cast<int64_t>(bucket_params_[k].size());
     buckets_.push_back(std::move(bucket));
   }
@@ -171,8 +235,14 @@ void DistributedDataParallel::launch_ready_buckets() {
 }
 
 void DistributedDataParallel::launch(Bucket& b) {
-  if (b.host.defined()) b.host.copy_(b.flat);  // host-staged: the group reduces the mirror
-  b.work = group_->all_reduce_async(b.host.defined() ? b.host : b.flat, ReduceOp::kSum);
+  if (comm_) {
+    // In device memory, queued after the copies that filled the bucket and before the division that
+    // reads it: nothing to wait for on the host.
+    comm_->all_reduce(b.flat, DeviceReduceOp::kSum);
+  } else {
+    if (b.host.defined()) b.host.copy_(b.flat);  // host-staged: the group reduces the mirror
+    b.work = group_->all_reduce_async(b.host.defined() ? b.host : b.flat, ReduceOp::kSum);
+  }
   ++stats_.buckets_reduced;
   stats_.bytes_reduced += b.flat.numel() * 4;
 }

@@ -20,11 +20,18 @@
 //   averages into .grad; so when backward() returns, every rank holds the same averaged gradient,
 //   and the GradScaler's inf check (which runs after) sees an inf produced on any rank: every rank
 //   skips the same steps and keeps the same scale.
-// - Devices: the parameters may live on any one device. The buckets live there too; where the
-//   process group cannot read device memory (MPI reads host memory), each bucket has a host mirror:
-//   a full bucket is copied to the host, all-reduced there and copied back (host-staged), so the sum
-//   and the average are the same operations in the same order as for a CPU model, bit for bit.
-//   Parameters and buffers are broadcast from rank 0 through host copies the same way.
+// - Devices: the parameters may live on any one device. The buckets live there too, and are reduced
+//   by one of two paths (ReductionPath below; reduction_path() says which was taken):
+//   * device collectives, when the device's backend registered some (CUDA with NCCL) and the group
+//     has more than one rank: at construction rank 0 makes a unique id, broadcasts it over the
+//     process group, and every rank connects a communicator on the device; rank 0's parameters and
+//     buffers are broadcast through it, and each full bucket is summed over the ranks in device
+//     memory, enqueued on the device's stream after the kernels that filled it (no host wait);
+//   * host staging otherwise (or with reduction = kProcessGroup): the process group reads host memory
+//     (MPI), so each bucket has a host mirror: a full bucket is copied to the host, all-reduced there
+//     and copied back, and parameters and buffers are broadcast through host copies. The sum and the
+//     average are then the same operations in the same order as for a CPU model, bit for bit.
+//   Either way the average is the fp32 sum divided by the world size in fp32, by the same kernel.
 // - no_sync(): while the guard lives, backward accumulates gradients locally and reduces nothing;
 //   the first backward after it reduces the accumulated sums (gradient accumulation).
 // - A parameter that gets no gradient in a backward is an error naming it (every rank raises it:
@@ -36,12 +43,34 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/nn/module.h"
 
+namespace mixtrain {
+class DeviceCommunicator;  // the library's device collectives (internal)
+}
+
 namespace mixtrain::dist {
+
+// How the gradient buckets travel between the ranks (docs/distributed.md, "Models on a device").
+enum class ReductionPath : uint8_t {
+  // An option only: kDeviceCollectives when the parameters are on a device whose backend has device
+  // collectives (CUDA in builds with NCCL) and the group has more than one rank; else kProcessGroup.
+  kAuto,
+  // Through the ProcessGroup, in host memory: in place for a CPU model, through a host mirror of each
+  // bucket for a model on a device (host-staged). As an option: forces host staging.
+  kProcessGroup,
+  // In device memory, by the device's collectives (NCCL for CUDA), on the device's stream; the
+  // communicator is bootstrapped over the ProcessGroup. As an option: required (an mt::Error naming
+  // why when the device has none) and taken even by a group of one rank.
+  kDeviceCollectives,
+};
+
+// "auto", "process group", "device collectives".
+std::string_view to_string(ReductionPath path);
 
 struct DdpOptions {
   double bucket_cap_mb = 25.0;          // fp32 bytes per bucket, in MiB (a larger tensor gets a bucket alone)
@@ -50,6 +79,8 @@ struct DdpOptions {
   // false: every bucket is all-reduced at the end of backward, none during it (the baseline that
   // shows how much communication the overlap hides; bench/dist).
   bool overlap = true;
+  // Which path the buckets take (above); every rank must take the same (checked at construction).
+  ReductionPath reduction = ReductionPath::kAuto;
 };
 
 // Communication counters since construction (or reset_stats): what the overlap hides.
@@ -73,6 +104,11 @@ class DistributedDataParallel {
 
   // The buckets: parameter indices (into module.parameters()) per bucket, in reduction order.
   const std::vector<std::vector<int64_t>>& bucket_assignment() const { return bucket_params_; }
+
+  // The path the buckets take (kProcessGroup or kDeviceCollectives, never kAuto), and what reduces
+  // them: the device collectives' name ("nccl") or the process group's backend ("mpi", "single").
+  ReductionPath reduction_path() const { return path_; }
+  const std::string& reduction_backend() const { return reduction_backend_; }
 
   // Waits for this backward's reductions and writes the averaged gradients (a no-op when the last
   // gradient hook has done so, or when nothing is pending). Throws, naming them, when parameters got
@@ -106,6 +142,9 @@ class DistributedDataParallel {
   nn::Module* module_;
   ProcessGroup* group_;
   DdpOptions options_;
+  ReductionPath path_ = ReductionPath::kProcessGroup;
+  std::string reduction_backend_;
+  std::unique_ptr<DeviceCommunicator> comm_;  // with kDeviceCollectives
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
   std::vector<uint64_t> hook_ids_;

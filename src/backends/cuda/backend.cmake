@@ -8,12 +8,22 @@ endif()
 if(NOT MIXTRAIN_WITH_CUDNN)  # files named *_cudnn.cpp need cuDNN too (cmake/Cudnn.cmake)
   list(APPEND BACKEND_EXCLUDE "_cudnn\\.(cpp|cu)$")
 endif()
+if(NOT MIXTRAIN_WITH_NCCL)  # files named *_nccl.cpp need NCCL too (cmake/Nccl.cmake)
+  list(APPEND BACKEND_EXCLUDE "_nccl\\.(cpp|cu)$")
+endif()
 # CUDA stays out of the public headers: consumers see only Device{kCUDA}.
 target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_CUDA=1)
 if(MIXTRAIN_WITH_CUDNN)
   # Before the toolkit: cuDNN's include dir must win over a toolkit dir holding another cuDNN.
   target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_CUDNN=1)
   target_link_libraries(mixtrain PRIVATE mixtrain::cudnn)
+endif()
+if(MIXTRAIN_WITH_NCCL)
+  # The device collectives (core/device_collectives.h) of collectives_nccl.cpp, listed for
+  # cmake/Backends.cmake.
+  set(BACKEND_COLLECTIVES ON)
+  target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_NCCL=1)
+  target_link_libraries(mixtrain PRIVATE mixtrain::nccl)
 endif()
 target_link_libraries(mixtrain PRIVATE CUDA::cudart CUDA::cublasLt)
 target_compile_options(mixtrain PRIVATE

@@ -12,6 +12,9 @@ const BackendDescriptor& descriptor() {
       .autocast_dtype = kFloat16,  // PyTorch's default on CUDA
       .autocast_ops = AutocastOpList::kCuda,
       .absent_reason = "this build of mixtrain has no CUDA backend (configure with -DMIXTRAIN_CUDA=ON, docs/cuda.md)",
+      .collectives_absent_reason =
+          "this build of mixtrain has no NCCL (configure with -DMIXTRAIN_NCCL=ON and "
+          "NCCL_ROOT, docs/distributed.md); DDP reduces through host copies instead",
   };
   return d;
 }
