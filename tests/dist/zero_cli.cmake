@@ -1,7 +1,8 @@
 # `mpirun mixtrain train --zero 1` (docs/distributed.md, "Sharded optimizer state"), bf16 weights with
 # fp32 masters:
-#   1. 2 processes with --zero 1 end with the weights of --zero 0, bit for bit, and each holds at
-#      most 0.55x of the optimizer state (summary.json), one shard file per rank beside each checkpoint;
+#   1. 2 processes with --zero 1 end with the weights of --zero 0, bit for bit (and so does the model
+#      moved to the checked device), and each holds at most 0.55x of the optimizer state
+#      (summary.json), one shard file per rank beside each checkpoint;
 #   2. a rank that cannot write its shard of checkpoint-4 (the write fails, or the rank is killed in
 #      the middle of it) ends the job; checkpoint-2 is intact and a resume from it ends with the
 #      uninterrupted run's weights;
@@ -39,6 +40,11 @@ if(NOT last_out MATCHES "optimizer state [^\n]* per process \\(ZeRO-1: sharded o
   message(FATAL_ERROR "rank 0 does not report its shard of the optimizer state:\n${last_out}")
 endif()
 run("the DDP run" ${mpi} -np 2 ${MIXTRAIN} ${common} --steps 6 --zero 0 --out ${WORK_DIR}/ddp)
+# The model built on the CPU and moved to the checked device (the GPU's stand-in): the same bytes.
+run("the ZeRO-1 run on the checked device" ${CMAKE_COMMAND} -E env MIXTRAIN_CHECKED_DEVICE=1
+    ${mpi} -np 2 -x MIXTRAIN_CHECKED_DEVICE ${MIXTRAIN} ${common} --steps 6 --zero 1 --device checked
+    --out ${WORK_DIR}/checked)
+run("the device/CPU comparison" ${COMPARE} ${WORK_DIR}/checked/model.safetensors ${WORK_DIR}/zero/model.safetensors 0)
 run("the ZeRO-1/DDP comparison" ${COMPARE} ${WORK_DIR}/zero/model.safetensors ${WORK_DIR}/ddp/model.safetensors 0)
 file(READ ${WORK_DIR}/zero/summary.json zs)
 file(READ ${WORK_DIR}/ddp/summary.json ds)
