@@ -234,7 +234,9 @@ void ZeroRedundancyOptimizer::load_state_pieces(const std::vector<ZeroStatePiece
       for (const auto& [key, t] : p->tensors) these[key] = t.dtype();
       MT_CHECK(these == keys, who, "the pieces of ", param_name(s.param), " hold different state tensors or dtypes");
     }
-    for (const auto& [key, dtype] : keys) {
+    for (const auto& entry : keys) {
+      const std::string& key = entry.first;  // a plain name: clang 14 cannot capture structured bindings
+      const DType dtype = entry.second;
       Tensor* field = state.state_dict_entry(key);
       MT_CHECK(field != nullptr, who, "unknown state '", mixtrain::detail::quote_untrusted(key), "' for ", where);
       Tensor whole = empty({s.end - s.begin}, {.dtype = dtype, .device = s.view.device()});

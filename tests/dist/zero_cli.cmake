@@ -7,7 +7,8 @@
 #      the middle of it) ends the job; checkpoint-2 is intact and a resume from it ends with the
 #      uninterrupted run's weights;
 #   3. re-sharding: checkpoint-4 of 2 ranks resumed on 3 (written again as 3 shards), then on 2 again
-#      to the end: the uninterrupted run's weights; a plain (--zero 0) resume is refused, clearly.
+#      to the end: the uninterrupted run's weights; a plain (--zero 0) resume is refused, clearly;
+#   4. a checkpoint with a missing shard, or a shard of another write, is refused with the reason.
 #   -DMIXTRAIN=path -DMPIEXEC=path -DCOMPARE=path -DLIMITED=path (exec_limited.cpp) -DWORK_DIR=dir
 cmake_minimum_required(VERSION 3.22)
 set(mpi ${MPIEXEC} --allow-run-as-root --oversubscribe)
@@ -124,3 +125,22 @@ execute_process(COMMAND ${MIXTRAIN} ${common} --steps 6 --zero 0 --resume ${WORK
 if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "sharded over 2 ranks \\(ZeRO-1\\): resume it with zero_stage 1 \\(--zero 1\\)")
   message(FATAL_ERROR "a plain resume of a ZeRO-1 checkpoint was not refused clearly (${rc}):\n${out}\n${err}")
 endif()
+
+# 4. Damaged sharded checkpoints are refused with the reason: a missing shard, and a shard of another
+# write of the same checkpoint (its token differs).
+file(MAKE_DIRECTORY ${WORK_DIR}/damaged)
+foreach(f checkpoint-4.safetensors checkpoint-4.zero-0-of-2.safetensors)
+  file(COPY ${WORK_DIR}/zero/${f} DESTINATION ${WORK_DIR}/damaged)
+endforeach()
+function(expect_refused what regex)
+  execute_process(COMMAND ${mpi} -np 2 ${MIXTRAIN} ${common} --steps 6 --zero 1
+                          --resume ${WORK_DIR}/damaged/checkpoint-4.safetensors --out ${WORK_DIR}/damaged-run
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+  if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "${regex}")
+    message(FATAL_ERROR "${what}: not refused with '${regex}' (${rc}):\n${out}\n${err}")
+  endif()
+endfunction()
+expect_refused("a missing shard" "the shard of rank 1 [^\n]*is missing: the checkpoint is incomplete")
+file(COPY_FILE ${WORK_DIR}/zero/checkpoint-2.zero-1-of-2.safetensors
+     ${WORK_DIR}/damaged/checkpoint-4.zero-1-of-2.safetensors)
+expect_refused("a shard of another write" "belongs to another write of")
