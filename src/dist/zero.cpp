@@ -96,6 +96,9 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::NamedParamet
   MT_CHECK(local_ != nullptr, "ZeroRedundancyOptimizer: the local optimizer factory returned null");
   MT_CHECK(local_->num_parameters() == local_slices_.size(), "ZeroRedundancyOptimizer: the local optimizer holds ",
            local_->num_parameters(), " parameters, not the ", local_slices_.size(), " views it was given");
+  // Stochastic rounding draws by (parameter, element): the whole parameter's, as without shards.
+  for (size_t j = 0; j < local_slices_.size(); ++j)
+    local_->set_rounding_stream(j, static_cast<uint32_t>(local_slices_[j].param), local_slices_[j].begin);
   const std::vector<int64_t> groups = group.all_gather(static_cast<int64_t>(local_->num_param_groups()));
   for (int r = 0; r < size; ++r)
     MT_CHECK(groups[r] == 1, "ZeroRedundancyOptimizer: the factory built ", groups[r], " parameter groups on rank ", r,

@@ -127,6 +127,9 @@ struct AdamTensors {
   Tensor kahan_comp;
   int64_t step = 0;     // this parameter's step count, already incremented for this update
   uint32_t stream = 0;  // the parameter's Philox stream for stochastic rounding (its flat index)
+  // The position of element 0 in that stream: 0, or a view's offset within the parameter it is part
+  // of (a ZeRO-1 shard), so that an element draws the same bits sharded or not.
+  int64_t first_element = 0;
 };
 
 // One pass over each element: every input is read once and every output written once, 16 lanes at a

@@ -92,7 +92,8 @@ void Adam::step_group(size_t g, float inv_scale) {
                     .max_exp_avg_sq = o.amsgrad ? s.max_exp_avg_sq : Tensor(),
                     .kahan_comp = s.kahan_comp,
                     .step = s.step,
-                    .stream = static_cast<uint32_t>(i)});
+                    .stream = rounding_stream(i).first,
+                    .first_element = rounding_stream(i).second});
   }
   kernels::adam_step(work, {.lr = o.lr,
                             .beta1 = o.betas.first,

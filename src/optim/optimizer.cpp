@@ -118,6 +118,7 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::vector<std::str
         s.master = p.detach().to(kFloat32);  // exact: every 16-bit value is an fp32 value
       }
     }
+    rounding_streams_.emplace_back(static_cast<uint32_t>(state_.size()), 0);
     state_.push_back(std::move(s));
   }
   groups_.push_back({std::move(params), std::move(names), std::nullopt});
@@ -186,6 +187,13 @@ bool Optimizer::step_scaled(float inv_scale, bool found_inf) {
   if (found_inf) return false;
   step_all(inv_scale);
   return true;
+}
+
+void Optimizer::set_rounding_stream(size_t flat_index, uint32_t stream, int64_t first_element) {
+  MT_CHECK(flat_index < state_.size(), name(), ": parameter index ", flat_index, " out of range (", state_.size(),
+           " parameters)");
+  MT_CHECK(first_element >= 0, name(), ": first_element must be >= 0, got ", first_element);
+  rounding_streams_[flat_index] = {stream, first_element};
 }
 
 void Optimizer::zero_grad() {

@@ -26,10 +26,13 @@ namespace {
   if (dist::world().size() < 2)         \
   GTEST_SKIP() << "needs several processes: mpirun -np 2 mixtrain_tests --gtest_filter='Zero*' (CTest: mpi:zero_2)"
 
-// 6*16 + 16 + 16*3 + 3 = 163 elements: 81/82 over 2 ranks, 54/54/55 over 3, each cut inside a weight.
+// 6*64 + 64 + 64*3 + 3 = 643 elements: 321/322 over 2 ranks, 214/214/215 over 3, each cut inside a
+// weight with more than 32 elements after the cut (the vector kernels' width: an element's random
+// bits must follow its position within the whole parameter on every path).
+constexpr int64_t kElements = 643;
 std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) {
   mt::manual_seed(seed);
-  return std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, 16), mt::nn::ReLU(), mt::nn::Linear(16, 3));
+  return std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, 64), mt::nn::ReLU(), mt::nn::Linear(64, 3));
 }
 
 std::vector<mt::optim::NamedParameter> named(mt::nn::Module& m) {
@@ -73,8 +76,8 @@ TEST(Zero, OneRankOwnsEverythingAndStepsLikeItsOptimizer) {
   auto group = dist::make_single_process_group();
   mt::optim::AdamW plain(named(*a), kAdam);
   dist::ZeroRedundancyOptimizer zero(named(*b), *group, adamw());
-  EXPECT_EQ(zero.total_elements(), 163);
-  EXPECT_EQ(zero.owned_range(0), (std::pair<int64_t, int64_t>{0, 163}));
+  EXPECT_EQ(zero.total_elements(), kElements);
+  EXPECT_EQ(zero.owned_range(0), (std::pair<int64_t, int64_t>{0, kElements}));
   EXPECT_STREQ(zero.name(), "AdamW");
   mt::Generator g(5);
   const mt::Tensor x = mt::randn({8, 6}, {}, &g), y = mt::randint(0, 3, {8}, {.dtype = mt::kInt64}, &g);
@@ -109,12 +112,12 @@ TEST(Zero, StatePiecesFromAnyPartitionLoadBack) {
   ASSERT_EQ(whole.size(), 4u);  // one per parameter
   for (int world : {3, 5, 2}) {
     SCOPED_TRACE("cut for " + std::to_string(world) + " ranks");
-    // Re-cut each piece at the boundaries of `world` ranks over the 163 elements.
+    // Re-cut each piece at the boundaries of `world` ranks over the kElements elements.
     std::vector<dist::ZeroStatePiece> cut;
     int64_t offset = 0;
     for (const dist::ZeroStatePiece& p : whole) {
       for (int r = 0; r < world; ++r) {
-        const int64_t lo = 163 * r / world - offset, hi = 163 * (r + 1) / world - offset;
+        const int64_t lo = kElements * r / world - offset, hi = kElements * (r + 1) / world - offset;
         const int64_t b = std::max(lo, p.begin), e = std::min(hi, p.end);
         if (b >= e) continue;
         dist::ZeroStatePiece q{p.param, b, e, p.step, {}};
@@ -163,7 +166,7 @@ TEST(Zero, BadPiecesAreRefusedBeforeAnythingChanges) {
 
   auto short_tensor = good;
   short_tensor[2].tensors[0].second = short_tensor[2].tensors[0].second.narrow(0, 0, 3);
-  EXPECT_MT_ERROR(zero.load_state_pieces(short_tensor), "expected 48 elements in one dimension");
+  EXPECT_MT_ERROR(zero.load_state_pieces(short_tensor), "expected 192 elements in one dimension");
 
   auto bad_param = good;
   bad_param[0].param = 9;
@@ -186,22 +189,37 @@ TEST(Zero, RefusesFactoriesWithSeveralGroupsAndEmptyOnes) {
 
 // ---- several processes -------------------------------------------------------------------------
 
-enum class Mode { kFp32, kBf16, kFp16Scaler };
+// kBf16Stochastic: bf16 weights without masters, stochastically rounded, and a bf16 second moment
+// (stochastically rounded too): the random bits must not depend on the shard.
+enum class Mode { kFp32, kBf16, kFp16Scaler, kBf16Stochastic };
 
-const char* mode_name(Mode m) { return m == Mode::kFp32 ? "fp32" : m == Mode::kBf16 ? "bf16" : "fp16+scaler"; }
+const char* mode_name(Mode m) {
+  return m == Mode::kFp32 ? "fp32" : m == Mode::kBf16 ? "bf16" : m == Mode::kFp16Scaler ? "fp16+scaler" : "bf16 stochastic";
+}
+
+mt::optim::AdamOptions adam_options(Mode m) {
+  mt::optim::AdamOptions o = kAdam;
+  if (m == Mode::kBf16Stochastic) {
+    o.master_weights = false;
+    o.bf16_update = mt::optim::Bf16Update::kStochastic;
+    o.exp_avg_sq_dtype = mt::kBFloat16;
+    o.rounding_seed = 11;
+  }
+  return o;
+}
 
 // 20 steps of DDP + AdamW and of DDP + ZeRO-1 on the same data, compared after every step. 16-bit
-// modes train 16-bit parameters with fp32 masters; fp16 uses the GradScaler with a short growth
+// modes train 16-bit parameters with fp32 masters (but kBf16Stochastic); fp16 uses the GradScaler with a short growth
 // interval (the scale moves) and an overflow on one rank at step 7 (every rank must skip it).
 void follow_ddp(Mode mode, const mt::Device& device) {
   dist::ProcessGroup& world = dist::world();
-  const mt::DType dtype = mode == Mode::kFp32 ? mt::kFloat32 : mode == Mode::kBf16 ? mt::kBFloat16 : mt::kFloat16;
+  const mt::DType dtype = mode == Mode::kFp32 ? mt::kFloat32 : mode == Mode::kFp16Scaler ? mt::kFloat16 : mt::kBFloat16;
   auto a = make_model(40 + world.rank()), b = make_model(40 + world.rank());  // DDP broadcasts rank 0's
   a->to(dtype).to(device);
   b->to(dtype).to(device);
   dist::DistributedDataParallel ddp_a(*a, world), ddp_b(*b, world);
-  mt::optim::AdamW plain(named(*a), kAdam);
-  dist::ZeroRedundancyOptimizer zero(named(*b), world, adamw());
+  mt::optim::AdamW plain(named(*a), adam_options(mode));
+  dist::ZeroRedundancyOptimizer zero(named(*b), world, adamw(adam_options(mode)));
   const mt::amp::GradScalerOptions so{.init_scale = 1024.0, .growth_interval = 3, .enabled = mode == Mode::kFp16Scaler};
   mt::amp::GradScaler scaler_a(so), scaler_b(so);
   int skipped = 0;
@@ -242,14 +260,14 @@ void follow_ddp(Mode mode, const mt::Device& device) {
   // The state (masters and moments) is sharded: about 1/N per rank, never more than one element over.
   const double ratio =
       static_cast<double>(zero.state_bytes().total()) / static_cast<double>(plain.state_bytes().total());
-  EXPECT_LE(ratio, 1.0 / world.size() + 1.0 / 163) << "state bytes " << zero.state_bytes().total() << " vs "
+  EXPECT_LE(ratio, 1.0 / world.size() + 1.0 / kElements) << "state bytes " << zero.state_bytes().total() << " vs "
                                                      << plain.state_bytes().total();
   if (world.size() == 2) EXPECT_LE(ratio, 0.55);
 }
 
 TEST(ZeroMpi, FollowsDdpBitForBit) {
   MT_REQUIRE_SEVERAL_RANKS();
-  for (Mode mode : {Mode::kFp32, Mode::kBf16, Mode::kFp16Scaler}) {
+  for (Mode mode : {Mode::kFp32, Mode::kBf16, Mode::kFp16Scaler, Mode::kBf16Stochastic}) {
     SCOPED_TRACE(mode_name(mode));
     follow_ddp(mode, mt::kCPU);
   }
@@ -274,11 +292,11 @@ TEST(ZeroMpi, TheRangesTileTheModel) {
   for (int r = 0; r < dist::world().size(); ++r) {
     const auto [b, e] = zero.owned_range(r);
     EXPECT_EQ(b, next);
-    EXPECT_GE(e - b, 163 / dist::world().size());
-    EXPECT_LE(e - b, 163 / dist::world().size() + 1);
+    EXPECT_GE(e - b, kElements / dist::world().size());
+    EXPECT_LE(e - b, kElements / dist::world().size() + 1);
     next = e;
   }
-  EXPECT_EQ(next, 163);
+  EXPECT_EQ(next, kElements);
   EXPECT_MT_ERROR(zero.owned_range(dist::world().size()), "is not in this group");
 }
 

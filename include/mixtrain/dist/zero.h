@@ -18,10 +18,9 @@
 // updates the elements it owns with its optimizer, then the parameters are all-gathered so that every
 // rank holds the whole updated model. The update of an element reads only that element's gradient,
 // state and the group's hyperparameters, so each owner's update is bit for bit the one plain DDP
-// makes: ZeRO-1 follows DDP's trajectory exactly. (Exception: stochastic rounding, which AdamW uses
-// for bf16 weights without masters and for a bf16 second moment (weight_update stochastic and kahan),
-// draws its random bits by the element's position within its optimizer, which differs here: same
-// distribution, other bits.)
+// makes: ZeRO-1 follows DDP's trajectory exactly. Stochastic rounding included (AdamW's for bf16
+// weights without masters and for a bf16 second moment): each view draws its random bits at its
+// elements' positions within the whole parameter (Optimizer::set_rounding_stream).
 //
 // Communication per step: DDP's all-reduce of the gradients, plus one all-gather of the parameters
 // (in the parameters' dtype, staged through host memory for a model on a device). Gradients stay

@@ -156,6 +156,13 @@ class Optimizer {
   // Sets every gradient to undefined (PyTorch's set_to_none=True).
   void zero_grad();
 
+  // Where the stochastic rounding of the parameter with flat index i draws its random bits: Philox
+  // stream `stream` (by default its flat index), element 0 at position `first_element` (by default 0).
+  // An optimizer over views of larger parameters (dist::ZeroRedundancyOptimizer's shards) sets the
+  // whole parameter's stream and the view's offset, so that every element draws the bits it would
+  // draw in an optimizer over the whole parameters.
+  void set_rounding_stream(size_t flat_index, uint32_t stream, int64_t first_element);
+
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   size_t num_param_groups() const { return groups_.size(); }
   // All parameters in flat order.
@@ -221,6 +228,8 @@ class Optimizer {
                        bool packed_master = false);
   // Flat index of the first parameter of group g.
   size_t group_offset(size_t g) const { return group_offset_.at(g); }
+  // set_rounding_stream()'s values for the parameter with flat index i.
+  std::pair<uint32_t, int64_t> rounding_stream(size_t flat_index) const { return rounding_streams_.at(flat_index); }
   ParamState& mutable_state(size_t flat_index) { return state_.at(flat_index); }
   // The gradient of the parameter with flat index i, checked (dtype, shape) and contiguous; undefined
   // when the parameter has none.
@@ -240,6 +249,7 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   std::vector<size_t> group_offset_;
   std::vector<ParamState> state_;
+  std::vector<std::pair<uint32_t, int64_t>> rounding_streams_;  // per parameter: stream, first element
   bool has_reduced_precision_params_ = false;
 };
 

@@ -133,7 +133,7 @@ void adam_chunk(const AdamTensors& t, const AdamScalars& c, const AdamHyper& h, 
   alignas(64) uint32_t bits[kBlock];
   for (int64_t s = b; s < e; s += kBlock) {
     const int64_t n = std::min(kBlock, e - s);
-    if (random) rounding_bits(key, t.stream, s, n, bits, philox_avx2);
+    if (random) rounding_bits(key, t.stream, t.first_element + s, n, bits, philox_avx2);
     float* m = mbuf;
     if constexpr (std::is_same_v<M, float>)
       m = m_all + s;

@@ -99,7 +99,7 @@ MT_TARGET_AVX2_NO_FMA void adam_chunk_avx2(const AdamTensors& t, const AdamScala
   const bool scale = c.inv != 1.0f, decoupled = c.wd != 0.0f && c.decoupled, l2 = c.wd != 0.0f && !c.decoupled;
   int64_t i0 = b;
   for (; i0 + 32 <= e; i0 += 32) {
-    if (random) rounding_bits(key, t.stream, i0, 32, bits, /*avx2=*/true);
+    if (random) rounding_bits(key, t.stream, t.first_element + i0, 32, bits, /*avx2=*/true);
     for (int k = 0; k < 32; k += 8) {
       const int64_t i = i0 + k;
       const __m256i r = _mm256_load_si256(reinterpret_cast<const __m256i*>(bits + k));
