@@ -60,6 +60,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"batch_size", batch_size},
             {"world_size", world_size},
             {"zero_stage", zero_stage},
+            {"gradient_reduction", gradient_reduction},
             {"global_batch_size", global_batch_size},
             {"test_accuracy", opt(test_accuracy)},
             {"test_loss", opt(test_loss)},
@@ -116,6 +117,13 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.batch_size = options_.batch_size;
   s.world_size = world_size();
   s.zero_stage = zero_ != nullptr ? 1 : 0;
+  if (ddp_) {
+    const Device device = model_device();
+    s.gradient_reduction =
+        ddp_->reduction_path() == dist::ReductionPath::kDeviceCollectives ? ddp_->reduction_backend() + ", in device memory"
+        : device.is_cpu() ? ddp_->reduction_backend()
+                          : mixtrain::detail::concat(ddp_->reduction_backend(), ", host-staged from ", device);
+  }
   s.global_batch_size = options_.batch_size * world_size();
   if (last_eval_) {
     s.test_accuracy = last_eval_->accuracy;

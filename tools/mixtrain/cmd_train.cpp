@@ -171,6 +171,8 @@ int run_train(const RunArgs& in) {
   std::printf("  step time      %.2f ms (median), %.0f samples/s", s.step_ms_median, s.samples_per_sec);
   if (s.gflops) std::printf(", %.1f GFLOP/s", *s.gflops);
   std::printf("\n  peak memory    %s\n", human_bytes(static_cast<double>(s.peak_bytes)).c_str());
+  if (!s.gradient_reduction.empty())
+    std::printf("  gradients      averaged over %d processes by %s\n", s.world_size, s.gradient_reduction.c_str());
   std::printf("  optimizer state %s%s\n", human_bytes(static_cast<double>(s.optimizer_state_bytes)).c_str(),
               s.zero_stage == 1 ? (" per process (ZeRO-1: sharded over " + std::to_string(s.world_size) + ")").c_str()
                                 : s.world_size > 1 ? " per process (every process holds all of it)" : "");

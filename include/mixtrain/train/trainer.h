@@ -252,6 +252,9 @@ struct TrainSummary {
   int64_t batch_size = 0;        // per process
   int world_size = 1;             // processes training together (data parallelism)
   int zero_stage = 0;             // TrainerOptions::zero_stage
+  // How the gradients were averaged over the processes: "" for one process, else what reduced them
+  // and where ("nccl, in device memory"; "mpi, host-staged from checked:0"; "mpi").
+  std::string gradient_reduction;
   int64_t global_batch_size = 0;  // batch_size * world_size: the samples of one step
   std::optional<double> test_accuracy;  // of the final evaluation (fraction in [0, 1])
   std::optional<double> test_loss;
