@@ -67,6 +67,26 @@ void DeviceCommunicator::broadcast(const Tensor& tensor, int root) {
   broadcast_impl(tensor, root);
 }
 
+void DeviceCommunicator::all_gather(const Tensor& input, const Tensor& output) {
+  check_tensor("all_gather", input, *this);
+  check_tensor("all_gather", output, *this);
+  MT_CHECK(input.dtype() == output.dtype(), "device collectives: all_gather of ", input.dtype(), " into ",
+           output.dtype(), ": input and output have one dtype (the bytes are moved, not converted)");
+  const int64_t n = input.numel();
+  MT_CHECK(output.numel() == n * size_, "device collectives: all_gather of ", n, " elements per rank over ", size_,
+           " rank", size_ == 1 ? "" : "s", " needs an output of ", n * size_, " elements, got ", describe(output));
+  if (input.shares_storage(output)) {
+    // In place only as NCCL allows it: the input is this rank's block of the output.
+    const int64_t in = input.storage_offset(), out = output.storage_offset();
+    const bool apart = in + n <= out || out + n * size_ <= in;
+    MT_CHECK(apart || in == out + static_cast<int64_t>(rank_) * n, "device collectives: all_gather's input overlaps ",
+             "its output other than as this rank's block (rank ", rank_, ": output elements [", rank_ * n, ", ",
+             (rank_ + 1) * n, "))");
+  }
+  output.bump_version();
+  all_gather_impl(input, output);
+}
+
 std::unique_ptr<DeviceCommunicator> DeviceCollectives::connect(std::span<const uint8_t> id, int rank, int size,
                                                                Device device) {
   MT_CHECK(size >= 1 && rank >= 0 && rank < size, "device collectives (", name(), "): rank ", rank, " of ", size,

@@ -4,9 +4,10 @@
 //
 // Why in core: nothing above a backend touches device memory (core/backend.h), and a reduction over
 // a GPU's memory is a backend's business like a kernel is. The layers above see only this interface:
-// data-parallel training (src/dist/ddp.cpp) bootstraps a communicator through it and reduces its
-// gradient buckets with it when the parameters' device has one; the ProcessGroup (MPI, host memory)
-// stays the channel for everything else, including the bootstrap's id.
+// data-parallel training (src/dist/ddp.cpp) bootstraps a communicator through it
+// (src/dist/device_bootstrap.h) and reduces its gradient buckets with it when the parameters' device
+// has one, and ZeRO-1 (src/dist/zero.cpp) all-gathers its updated parameters with it; the ProcessGroup
+// (MPI, host memory) stays the channel for everything else, including the bootstrap's id.
 //
 // Bootstrap, as NCCL's: one rank calls create_unique_id() and sends the bytes to the others by its own
 // means (DDP broadcasts them over its ProcessGroup as a uint8 CPU tensor); then every rank calls
@@ -59,12 +60,18 @@ class DeviceCommunicator {
   // Root's bytes into every rank's tensor: contiguous, on device(), any dtype (moved as bytes), the
   // same shape and dtype on every rank.
   void broadcast(const Tensor& tensor, int root = 0);
+  // Every rank's `input` back to back into every rank's `output`, in rank order: output[r*n, (r+1)*n)
+  // = rank r's input, n = input.numel(). Both contiguous, on device(), of one dtype (any: moved as
+  // bytes), output.numel() == size() * n; the same n and dtype on every rank. `input` is read only
+  // (it may not overlap `output`, except as output's own rank()-th block, which then holds it already).
+  void all_gather(const Tensor& input, const Tensor& output);
 
  protected:
   DeviceCommunicator(int rank, int size, Device device);
   // Called once the arguments are checked.
   virtual void all_reduce_impl(const Tensor& tensor, DeviceReduceOp op) = 0;
   virtual void broadcast_impl(const Tensor& tensor, int root) = 0;
+  virtual void all_gather_impl(const Tensor& input, const Tensor& output) = 0;
 
  private:
   int rank_;
@@ -98,8 +105,9 @@ DeviceCollectives* device_collectives(DeviceType type);
 DeviceCollectives& require_device_collectives(DeviceType type);
 // Installs `collectives` for `type`, replacing an earlier registration or the built-in ones; nullptr
 // removes the registration (the built-in ones, if any, are found again). The object must outlive every
-// communicator it connects. A device defined outside the library, or a test (tests/dist/test_ddp_device.cpp
-// registers host-staged ones for the checked device), calls it before wrapping a model.
+// communicator it connects. A device defined outside the library, or a test (the DDP and ZeRO-1 tests
+// register host-staged ones for the checked device, tests/support/host_staged_collectives.h), calls it
+// before wrapping a model.
 void register_device_collectives(DeviceType type, DeviceCollectives* collectives);
 
 }  // namespace mixtrain

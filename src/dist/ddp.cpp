@@ -1,7 +1,8 @@
 // DistributedDataParallel (mixtrain/dist/ddp.h): buckets filled by post-accumulate-grad hooks,
 // all-reduced in index order while backward runs, averaged into .grad when the last gradient
 // arrives. The buckets go through the process group (host memory, host-staged for a device model)
-// or through the device's collectives (core/device_collectives.h), bootstrapped over the group.
+// or through the device's collectives (core/device_collectives.h), bootstrapped over the group
+// (dist/device_bootstrap.h, shared with ZeRO-1).
 #include "mixtrain/dist/ddp.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "core/device_collectives.h"
+#include "dist/device_bootstrap.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/error.h"
 #include "mixtrain/factory.h"
@@ -55,37 +57,7 @@ void broadcast_staged(ProcessGroup& group, const Tensor& t) {
   Tensor(t).copy_(host);
 }
 
-// The path the options and the device allow (every rank computes the same; the constructor checks).
-ReductionPath choose_path(ReductionPath wanted, Device device, const ProcessGroup& group) {
-  switch (wanted) {
-    case ReductionPath::kProcessGroup: return ReductionPath::kProcessGroup;
-    case ReductionPath::kDeviceCollectives:
-      MT_CHECK(!device.is_cpu(), "DistributedDataParallel: reduction = ", to_string(wanted),
-               ", but the parameters are on the cpu, which the process group reduces in place");
-      require_device_collectives(device.type);  // throws, saying why there are none
-      return ReductionPath::kDeviceCollectives;
-    case ReductionPath::kAuto: break;
-  }
-  // One rank has nothing to reduce: a communicator would only cost its setup.
-  if (device.is_cpu() || group.size() < 2 || device_collectives(device.type) == nullptr)
-    return ReductionPath::kProcessGroup;
-  return ReductionPath::kDeviceCollectives;
-}
-
-// NCCL's bootstrap over the process group: rank 0 makes the communicator's unique id, the group
-// broadcasts its bytes as a uint8 CPU tensor, and every rank connects with its rank and the size.
-std::unique_ptr<DeviceCommunicator> connect_device_communicator(ProcessGroup& group, Device device) {
-  DeviceCollectives& collectives = require_device_collectives(device.type);
-  std::vector<uint8_t> id;
-  if (group.rank() == 0) id = collectives.create_unique_id();
-  const int64_t n = group.all_gather(static_cast<int64_t>(id.size()))[0];  // the others learn its length
-  MT_CHECK(n > 0, "DistributedDataParallel: ", collectives.name(), " made an empty unique id on rank 0");
-  Tensor bytes = group.rank() == 0 ? from_vector(id, {n}, {.dtype = kUInt8, .device = kCPU})
-                                   : zeros({n}, {.dtype = kUInt8, .device = kCPU});
-  group.broadcast(bytes, 0);
-  id = bytes.to_vector<uint8_t>();
-  return collectives.connect(id, group.rank(), group.size(), device);
-}
+constexpr detail::PathUser kDdp{"DistributedDataParallel", "reduction", "reduces"};
 
 }  // namespace
 
@@ -126,16 +98,10 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
     MT_CHECK(all[r] == all[0], "DistributedDataParallel: rank ", r, "'s parameters differ from rank 0's: ",
              first_difference(all[0], all[r]));
 
-  // The path, the same on every rank: two ranks on different paths would issue different
-  // collectives and wait for each other forever.
-  path_ = choose_path(options.reduction, *device, group);
-  const std::vector<int64_t> paths = group.all_gather(static_cast<int64_t>(path_));
-  for (int r = 0; r < group.size(); ++r)
-    MT_CHECK(paths[r] == paths[0], "DistributedDataParallel: rank ", r, " reduces through ",
-             to_string(static_cast<ReductionPath>(paths[r])), ", rank 0 through ",
-             to_string(static_cast<ReductionPath>(paths[0])), "; every rank must take the same path");
+  // The path, the same on every rank (checked there).
+  path_ = detail::agree_on_path(kDdp, options.reduction, *device, group);
   if (path_ == ReductionPath::kDeviceCollectives) {
-    comm_ = connect_device_communicator(group, *device);
+    comm_ = detail::connect_device_communicator(kDdp, group, *device);
     reduction_backend_ = require_device_collectives(device->type).name();
   } else {
     reduction_backend_ = group.backend_name();

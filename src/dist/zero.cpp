@@ -1,5 +1,6 @@
 // ZeroRedundancyOptimizer (mixtrain/dist/zero.h): each rank's optimizer over views of the flat
-// element range it owns, the parameters all-gathered after each update.
+// element range it owns, the parameters all-gathered after each update, through the process group
+// (host memory) or the device's collectives (dist/device_bootstrap.h, as DDP's buckets).
 #include "mixtrain/dist/zero.h"
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/device_collectives.h"
+#include "dist/device_bootstrap.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/error.h"
 #include "mixtrain/factory.h"
@@ -18,6 +21,8 @@ namespace {
 // The state keys a state dict may hold, in ParamState::named_tensors() order ("master_low" never).
 constexpr std::array<const char*, 6> kStateKeys = {"master", "momentum_buffer", "exp_avg", "exp_avg_sq",
                                                     "max_exp_avg_sq", "kahan_comp"};
+
+constexpr detail::PathUser kZero{"ZeroRedundancyOptimizer", "gather", "gathers"};
 
 // At most this many bytes per rank per all_gather call (the process group takes up to 2 GiB).
 constexpr int64_t kGatherPieceBytes = int64_t{1} << 30;
@@ -54,8 +59,8 @@ std::string slice_name(const std::string& name, int64_t begin, int64_t end, int6
 }  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::NamedParameter> params, ProcessGroup& group,
-                                                 const LocalFactory& make_local)
-    : group_(&group) {
+                                                 const LocalFactory& make_local, ZeroOptions options)
+    : group_(&group), options_(options) {
   MT_CHECK(make_local != nullptr, "ZeroRedundancyOptimizer: the local optimizer factory is empty");
   std::vector<Tensor> tensors;
   std::vector<std::string> names;
@@ -103,6 +108,23 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::NamedParamet
   for (int r = 0; r < size; ++r)
     MT_CHECK(groups[r] == 1, "ZeroRedundancyOptimizer: the factory built ", groups[r], " parameter groups on rank ", r,
              "; ZeRO-1 needs one group (every rank must have the same groups whatever parameters it owns)");
+
+  // The all-gather's path, the same on every rank (checked there). The parameter list is the same on
+  // every rank (checked above, devices included), so every rank refuses several devices alike.
+  const Device device = params_.front().device();
+  const bool one_device =
+      std::all_of(params_.begin(), params_.end(), [&](const Tensor& p) { return p.device() == device; });
+  MT_CHECK(one_device || options.gather != ReductionPath::kDeviceCollectives,
+           "ZeroRedundancyOptimizer: gather = ", to_string(options.gather),
+           ", but the parameters are on several devices (", describe(params_.front()),
+           " and others); device collectives gather on one device");
+  path_ = detail::agree_on_path(kZero, options.gather, one_device ? device : Device(kCPU), group);
+  if (path_ == ReductionPath::kDeviceCollectives) {
+    comm_ = detail::connect_device_communicator(kZero, group, device);
+    gather_backend_ = require_device_collectives(device.type).name();
+  } else {
+    gather_backend_ = group.backend_name();
+  }
 }
 
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
@@ -139,14 +161,16 @@ void ZeroRedundancyOptimizer::update(float inv_scale) {
 }
 
 // Per dtype: every rank's owned elements back to back (padded to the longest rank's count), gathered
-// through host memory, and each other rank's elements copied into the parameters.
+// in device memory by the device collectives or through host memory by the process group, and each
+// other rank's elements copied into the parameters. Bytes only: nothing is computed.
 void ZeroRedundancyOptimizer::all_gather_parameters() {
   const int size = group_->size();
-  if (size == 1) return;
+  if (size == 1 && !comm_) return;  // a forced communicator of one rank still runs (the NCCL smoke test)
   std::vector<std::vector<Slice>> all(static_cast<size_t>(size));
   for (int q = 0; q < size; ++q) all[static_cast<size_t>(q)] = slices_of(q);
   std::set<DType> dtypes;
   for (const Tensor& p : params_) dtypes.insert(p.dtype());
+  const int rank = group_->rank();
   for (const DType dtype : dtypes) {
     int64_t chunk = 0;
     for (const auto& slices : all) {
@@ -156,17 +180,24 @@ void ZeroRedundancyOptimizer::all_gather_parameters() {
       chunk = std::max(chunk, n);
     }
     if (chunk == 0) continue;
-    Tensor mine = zeros({chunk}, {.dtype = dtype, .device = Device{}});
+    // On the device path the buffer lives there and this rank's block is the input (in place, as
+    // NCCL allows); on the host path the input is a host chunk of its own.
+    Tensor gathered = empty({chunk * size}, {.dtype = dtype, .device = comm_ ? comm_->device() : Device{}});
+    Tensor mine =
+        comm_ ? gathered.narrow(0, rank * chunk, chunk) : empty({chunk}, {.dtype = dtype, .device = Device{}});
     int64_t at = 0;
     for (const Slice& s : local_slices_) {
       if (params_[s.param].dtype() != dtype) continue;
       mine.narrow(0, at, s.end - s.begin).copy_(s.view);
       at += s.end - s.begin;
     }
-    Tensor gathered = empty({chunk * size}, {.dtype = dtype, .device = Device{}});
-    all_gather_in_pieces(*group_, mine, gathered);
+    if (at < chunk) mine.narrow(0, at, chunk - at).fill_(0.0);  // the padding: defined bytes on the wire
+    if (comm_)
+      comm_->all_gather(mine, gathered);
+    else
+      all_gather_in_pieces(*group_, mine, gathered);
     for (int q = 0; q < size; ++q) {
-      if (q == group_->rank()) continue;
+      if (q == rank) continue;
       at = 0;
       for (const Slice& s : all[static_cast<size_t>(q)]) {
         if (params_[s.param].dtype() != dtype) continue;

@@ -1,6 +1,7 @@
 // The device-collectives registry (core/device_collectives.h): lookups of a device type with none,
 // CUDA's built-in NCCL where this build has it (else the reason), registration and removal, and the
-// argument checks every backend's communicator shares (device, layout, dtype, op, root, rank).
+// argument checks every backend's communicator shares (device, layout, dtype, op, root, rank, and
+// all_gather's sizes and overlap).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -28,6 +29,9 @@ class RecordingCommunicator final : public mt::DeviceCommunicator {
   }
   void broadcast_impl(const mt::Tensor& t, int root) override {
     log_->push_back("broadcast " + std::to_string(root) + " " + std::to_string(t.numel()));
+  }
+  void all_gather_impl(const mt::Tensor& input, const mt::Tensor& output) override {
+    log_->push_back("all_gather " + std::to_string(input.numel()) + " " + std::to_string(output.numel()));
   }
 
  private:
@@ -125,6 +129,18 @@ TEST(DeviceCollectives, CollectivesCheckTheirTensorsBeforeTheBackendSeesThem) {
                   "avg of an integer tensor", "int64");
   EXPECT_MT_ERROR(comm->broadcast(m, 2), "broadcast from rank 2", "of 2 ranks");
   EXPECT_MT_ERROR(comm->all_reduce(mt::Tensor()), "undefined");
+  // all_gather: both tensors on the device, contiguous, one dtype, the output size() times the input.
+  const mt::Tensor in = mt::zeros({3}, {.device = dev}), out = mt::zeros({6}, {.device = dev});
+  EXPECT_MT_ERROR(comm->all_gather(on_cpu, out), "all_gather", "on cpu");
+  EXPECT_MT_ERROR(comm->all_gather(in, mt::zeros({6}, {.device = mt::kCPU})), "all_gather", "on cpu");
+  EXPECT_MT_ERROR(comm->all_gather(in, m.transpose(0, 1)), "all_gather", "contiguous");
+  EXPECT_MT_ERROR(comm->all_gather(in, mt::zeros({6}, {.dtype = mt::kBFloat16, .device = dev})),
+                  "float32 into bfloat16");
+  EXPECT_MT_ERROR(comm->all_gather(in, mt::zeros({7}, {.device = dev})), "3 elements per rank over 2 ranks",
+                  "output of 6 elements");
+  EXPECT_MT_ERROR(comm->all_gather(out.narrow(0, 3, 3), out), "overlaps", "rank 0", "[0, 3)");  // rank 1's block
+  EXPECT_MT_ERROR(comm->all_gather(out.narrow(0, 2, 3), out), "overlaps");
+  EXPECT_MT_ERROR(comm->all_gather(mt::Tensor(), out), "undefined");
   EXPECT_TRUE(c.log.empty()) << "nothing reached the backend";
 
   // Valid calls reach it, and count as in-place writes of the tensor.
@@ -135,8 +151,14 @@ TEST(DeviceCollectives, CollectivesCheckTheirTensorsBeforeTheBackendSeesThem) {
   comm->all_reduce(mt::zeros({2}, {.dtype = mt::kInt32, .device = dev}));
   comm->broadcast(mt::zeros({7}, {.dtype = mt::kBool, .device = dev}), 1);  // any dtype: bytes
   EXPECT_EQ(f.version(), v + 2);
-  EXPECT_EQ(c.log,
-            (std::vector<std::string>{"all_reduce sum 5", "all_reduce avg 5", "all_reduce sum 2", "broadcast 1 7"}));
+  const uint64_t vo = out.version();
+  comm->all_gather(in, out);
+  comm->all_gather(out.narrow(0, 0, 3), out);  // in place: rank 0's own block, as NCCL allows
+  comm->all_gather(mt::zeros({2, 2}, {.dtype = mt::kUInt8, .device = dev}),
+                   mt::zeros({8}, {.dtype = mt::kUInt8, .device = dev}));  // any dtype, any shapes of that size
+  EXPECT_EQ(out.version(), vo + 2) << "the output is written in place";
+  EXPECT_EQ(c.log, (std::vector<std::string>{"all_reduce sum 5", "all_reduce avg 5", "all_reduce sum 2",
+                                             "broadcast 1 7", "all_gather 3 6", "all_gather 3 6", "all_gather 4 8"}));
 }
 
 TEST(DeviceCollectives, ReduceOpsHaveNames) {

@@ -1,9 +1,10 @@
 // The NCCL smoke test (mixtrain_nccl_smoke, built with NCCL; scripts/gpu-check.sh runs it on a GPU,
 // phase nccl): CUDA's device collectives in a world of one process and one GPU. The unique id, a
 // communicator of size 1, all_reduce (sum, avg) and broadcast of CUDA tensors of each dtype enqueued
-// after the kernel that wrote them, the argument errors, and DistributedDataParallel over a CUDA model
-// forced onto the NCCL path: the same bits as the model without DDP and as the host-staged path, with
-// no host wait added to a backward.
+// after the kernel that wrote them, all_gather of each dtype (out of place and in place), the argument
+// errors, DistributedDataParallel over a CUDA model forced onto the NCCL path: the same bits as the
+// model without DDP and as the host-staged path, with no host wait added to a backward; and ZeRO-1's
+// parameter all-gather forced onto NCCL: the bits of plain AdamW and of the host path.
 //
 // Not registered with CTest: without a GPU every test could only skip. Until the GPU check has run it,
 // the NCCL path is compiled and reviewed but unverified on a GPU (docs/distributed.md).
@@ -18,6 +19,7 @@
 #include "mixtrain/cuda.h"
 #include "mixtrain/dist/ddp.h"
 #include "mixtrain/dist/process_group.h"
+#include "mixtrain/dist/zero.h"
 #include "mixtrain/mixtrain.h"
 #include "support/expect_error.h"
 
@@ -79,6 +81,29 @@ TEST(NcclSmoke, AllReduceAndBroadcastInAWorldOfOneKeepEveryBit) {
   EXPECT_EQ(flags.to_vector<int64_t>(), std::vector<int64_t>(13, 1));
 }
 
+// ncclAllGather in a world of one: the output is the input, every byte, for each dtype (moved as bytes),
+// out of place and in place (the input being the output's own block).
+TEST(NcclSmoke, AllGatherInAWorldOfOneCopiesEveryByte) {
+  MT_REQUIRE_GPU();
+  auto comm = world_of_one();
+  for (mt::DType dt : {mt::kFloat32, mt::kBFloat16, mt::kFloat16, mt::kFloat64}) {
+    SCOPED_TRACE(mt::to_string(dt));
+    mt::Generator g(4);
+    const mt::Tensor src = mt::randn({777}, {.dtype = dt, .device = mt::kCPU}, &g);
+    const mt::Tensor x = mt::mul(src.to(kGpu), 3.0);  // written by a kernel just before: gathered after it
+    const std::vector<uint8_t> expected = bytes_of(mt::mul(src, 3.0));
+    const mt::Tensor out = mt::zeros({777}, {.dtype = dt, .device = kGpu});
+    comm->all_gather(x, out);
+    EXPECT_EQ(bytes_of(out), expected);
+    comm->all_gather(out, out);  // in place
+    EXPECT_EQ(bytes_of(out), expected);
+  }
+  const mt::Tensor i = mt::arange(50, {.dtype = mt::kInt64, .device = kGpu});
+  const mt::Tensor io = mt::zeros({50}, {.dtype = mt::kInt64, .device = kGpu});
+  comm->all_gather(i, io);
+  EXPECT_EQ(io.to_vector<int64_t>(), i.to_vector<int64_t>());
+}
+
 TEST(NcclSmoke, BadArgumentsAreMtErrors) {
   MT_REQUIRE_GPU();
   mt::DeviceCollectives& nccl = mt::require_device_collectives(mt::kCUDA);
@@ -87,6 +112,8 @@ TEST(NcclSmoke, BadArgumentsAreMtErrors) {
   auto comm = world_of_one();
   EXPECT_MT_ERROR(comm->all_reduce(mt::zeros({4}, {.device = mt::kCPU})), "on cpu", "communicator on cuda:0");
   EXPECT_MT_ERROR(comm->broadcast(mt::zeros({4}, {.device = kGpu}), 1), "broadcast from rank 1");
+  EXPECT_MT_ERROR(comm->all_gather(mt::zeros({4}, {.device = kGpu}), mt::zeros({5}, {.device = kGpu})), "all_gather",
+                  "output of 4 elements");
 }
 
 // DDP over a CUDA model, forced onto the NCCL path with one rank (kAuto would take the process group:
@@ -139,6 +166,48 @@ TEST(NcclSmoke, DdpOverACudaModelTakesTheNcclPathToTheSameBits) {
   EXPECT_EQ(nccl, staged);
   EXPECT_EQ(nccl_waits.total(), plain_waits.total()) << "the NCCL path adds no host wait to backward";
   EXPECT_GT(staged_waits.to_host, plain_waits.to_host) << "host staging copies each bucket to the host";
+}
+
+// ZeRO-1 over a CUDA model, its all-gather forced onto NCCL with one rank (auto would take the process
+// group: one rank has nothing to gather), against plain AdamW and against the host path, bit for bit.
+TEST(NcclSmoke, ZeroOverACudaModelGathersThroughNcclToTheSameBits) {
+  MT_REQUIRE_GPU();
+  auto group = dist::make_single_process_group();
+  mt::Generator g(10);
+  const mt::Tensor x = mt::randn({32, 20}, {.device = mt::kCPU}, &g).to(kGpu);
+  const mt::Tensor y = mt::randint(0, 4, {32}, {.dtype = mt::kInt64, .device = mt::kCPU}, &g).to(kGpu);
+  auto train = [&](std::optional<dist::ReductionPath> path) {
+    mt::manual_seed(2);
+    mt::nn::Sequential model(mt::nn::Linear(20, 64), mt::nn::ReLU(), mt::nn::Linear(64, 4));
+    model.to(mt::kBFloat16).to(kGpu);
+    std::vector<mt::optim::NamedParameter> params;
+    for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
+    std::unique_ptr<mt::optim::Optimizer> opt;
+    if (path) {
+      auto zero = std::make_unique<dist::ZeroRedundancyOptimizer>(
+          std::move(params), *group,
+          [](std::vector<mt::optim::NamedParameter> shard) -> std::unique_ptr<mt::optim::Optimizer> {
+            return std::make_unique<mt::optim::AdamW>(std::move(shard), mt::optim::AdamOptions{.lr = 0.01});
+          },
+          dist::ZeroOptions{.gather = *path});
+      EXPECT_EQ(zero->gather_path(), *path);
+      EXPECT_EQ(zero->gather_backend(), *path == dist::ReductionPath::kDeviceCollectives ? "nccl" : "single");
+      opt = std::move(zero);
+    } else {
+      opt = std::make_unique<mt::optim::AdamW>(std::move(params), mt::optim::AdamOptions{.lr = 0.01});
+    }
+    for (int step = 0; step < 3; ++step) {
+      opt->zero_grad();
+      F::cross_entropy(model(x.to(mt::kBFloat16)).to(mt::kFloat32), y).backward();
+      opt->step();
+    }
+    std::vector<std::vector<uint8_t>> out;
+    for (const mt::Tensor& p : model.parameters()) out.push_back(bytes_of(p));
+    return out;
+  };
+  const auto plain = train(std::nullopt);
+  EXPECT_EQ(train(dist::ReductionPath::kDeviceCollectives), plain);
+  EXPECT_EQ(train(dist::ReductionPath::kProcessGroup), plain);
 }
 
 }  // namespace

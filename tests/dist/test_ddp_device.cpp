@@ -1,11 +1,11 @@
 // DistributedDataParallel's device-collectives path (core/device_collectives.h, docs/distributed.md
 // "Models on a device") without a GPU: the test registers, for the checked device, collectives whose
 // communicator stages each tensor through the host and the process group (what NCCL would do in device
-// memory), and records every call. DDP must then bootstrap a communicator (the unique id made on rank
-// 0 only and broadcast over the group), broadcast rank 0's parameters through it, and reduce every
-// bucket through it in bucket order during backward, reaching the CPU model's bits. One process
-// (everywhere): the path choice and its errors; two processes (CTest's mpi:ddp, `mpirun -np 2`):
-// training in fp32, bf16 and fp16 against the CPU model.
+// memory), and records every call (support/host_staged_collectives.h). DDP must then bootstrap a
+// communicator (the unique id made on rank 0 only and broadcast over the group), broadcast rank 0's
+// parameters through it, and reduce every bucket through it in bucket order during backward, reaching
+// the CPU model's bits. One process (everywhere): the path choice and its errors; two processes
+// (CTest's mpi:ddp, `mpirun -np 2`): training in fp32, bf16 and fp16 against the CPU model.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -18,6 +18,7 @@
 #include "mixtrain/mixtrain.h"
 #include "support/checked_device.h"
 #include "support/expect_error.h"
+#include "support/host_staged_collectives.h"
 
 namespace mt = mixtrain;
 namespace F = mixtrain::nn::functional;
@@ -29,84 +30,9 @@ namespace {
   if (dist::world().size() < 2) \
   GTEST_SKIP() << "needs two processes: mpirun -np 2 mixtrain_tests --gtest_filter='Ddp*' (CTest: mpi:ddp)"
 
-struct Event {
-  std::string kind;  // "connect", "broadcast", "all_reduce sum", "all_reduce avg"
-  int64_t numel = 0;
-  bool in_backward = false;
-};
-
-// The id rank 0 makes: 40 bytes no other rank could guess by chance (NCCL's are 128 random bytes).
-std::vector<uint8_t> expected_id() {
-  std::vector<uint8_t> id(40);
-  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<uint8_t>(0xA5 ^ (i * 37 + 11));
-  return id;
-}
-
-class HostStagedCollectives;
-
-// Each collective copies the tensor to the host, runs the process group's collective there and
-// copies the result back: the arithmetic of DDP's host-staged path, reached through the device path.
-class HostStagedCommunicator final : public mt::DeviceCommunicator {
- public:
-  HostStagedCommunicator(HostStagedCollectives& owner, int rank, int size, mt::Device device)
-      : DeviceCommunicator(rank, size, device), owner_(&owner) {}
-
- protected:
-  void all_reduce_impl(const mt::Tensor& t, mt::DeviceReduceOp op) override;
-  void broadcast_impl(const mt::Tensor& t, int root) override;
-
- private:
-  HostStagedCollectives* owner_;
-};
-
-class HostStagedCollectives final : public mt::DeviceCollectives {
- public:
-  explicit HostStagedCollectives(dist::ProcessGroup& g) : group(&g) {}
-  std::string name() const override { return "host-staged (test)"; }
-  std::vector<uint8_t> create_unique_id() override {
-    ++ids_made;
-    return expected_id();
-  }
-
-  dist::ProcessGroup* group;
-  int ids_made = 0;
-  std::vector<std::vector<uint8_t>> connected_ids;
-  std::vector<Event> events;
-
- protected:
-  std::unique_ptr<mt::DeviceCommunicator> connect_impl(std::span<const uint8_t> id, int rank, int size,
-                                                       mt::Device device) override {
-    EXPECT_EQ(rank, group->rank());
-    EXPECT_EQ(size, group->size());
-    connected_ids.emplace_back(id.begin(), id.end());
-    events.push_back({"connect", size, mt::autograd::in_backward()});
-    return std::make_unique<HostStagedCommunicator>(*this, rank, size, device);
-  }
-};
-
-void HostStagedCommunicator::all_reduce_impl(const mt::Tensor& t, mt::DeviceReduceOp op) {
-  owner_->events.push_back({"all_reduce " + std::string(mt::to_string(op)), t.numel(), mt::autograd::in_backward()});
-  mt::NoGradGuard no_grad;
-  const mt::Tensor host = t.detach().to(mt::kCPU);
-  owner_->group->all_reduce(host, op == mt::DeviceReduceOp::kSum ? dist::ReduceOp::kSum : dist::ReduceOp::kAvg);
-  t.detach().copy_(host);
-}
-
-void HostStagedCommunicator::broadcast_impl(const mt::Tensor& t, int root) {
-  owner_->events.push_back({"broadcast", t.numel(), mt::autograd::in_backward()});
-  mt::NoGradGuard no_grad;
-  const mt::Tensor host = t.detach().to(mt::kCPU);
-  owner_->group->broadcast(host, root);
-  t.detach().copy_(host);
-}
-
-// Registers the collectives for the checked device for the scope of a test.
-struct RegisteredForChecked {
-  explicit RegisteredForChecked(mt::DeviceCollectives* c) { mt::register_device_collectives(mt::kChecked, c); }
-  ~RegisteredForChecked() { mt::register_device_collectives(mt::kChecked, nullptr); }
-  RegisteredForChecked(const RegisteredForChecked&) = delete;
-  RegisteredForChecked& operator=(const RegisteredForChecked&) = delete;
-};
+using mt::testing::CollectiveEvent;
+using mt::testing::HostStagedCollectives;
+using mt::testing::RegisteredForChecked;
 
 std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) {
   mt::manual_seed(seed);
@@ -139,13 +65,6 @@ std::vector<int64_t> bucket_numels(const dist::DistributedDataParallel& ddp, con
   return out;
 }
 
-std::vector<Event> of_kind(const std::vector<Event>& events, const std::string& kind) {
-  std::vector<Event> out;
-  for (const Event& e : events)
-    if (e.kind == kind) out.push_back(e);
-  return out;
-}
-
 // ---- one process
 TEST(DdpDevice, ForcedDeviceCollectivesAreTakenByAGroupOfOne) {
   auto group = dist::make_single_process_group();
@@ -161,16 +80,16 @@ TEST(DdpDevice, ForcedDeviceCollectivesAreTakenByAGroupOfOne) {
   EXPECT_EQ(ddp.reduction_backend(), "host-staged (test)");
   EXPECT_EQ(collectives.ids_made, 1);
   ASSERT_EQ(collectives.connected_ids.size(), 1u);
-  EXPECT_EQ(collectives.connected_ids[0], expected_id());
+  EXPECT_EQ(collectives.connected_ids[0], mt::testing::host_staged_id());
   const std::vector<mt::Tensor> params = model->parameters();
-  ASSERT_EQ(of_kind(collectives.events, "broadcast").size(), params.size()) << "one broadcast per parameter";
+  ASSERT_EQ(collectives.of_kind("broadcast").size(), params.size()) << "one broadcast per parameter";
   collectives.events.clear();
 
   const Data d = shard(8, 0, 1);
   F::cross_entropy((*model)(d.x.to(device)), d.y.to(device)).backward();
   F::cross_entropy((*plain)(d.x), d.y).backward();
   std::vector<int64_t> reduced;
-  for (const Event& e : collectives.events) {
+  for (const CollectiveEvent& e : collectives.events) {
     EXPECT_EQ(e.kind, "all_reduce sum");
     EXPECT_TRUE(e.in_backward) << "buckets are reduced while backward runs";
     reduced.push_back(e.numel);
@@ -276,17 +195,17 @@ TEST(DdpDeviceMpi, ADeviceModelTrainsThroughDeviceCollectivesToTheCpuModelsBits)
     // The bootstrap: the id made on rank 0 only, every rank connected with it.
     EXPECT_EQ(collectives.ids_made, g.rank() == 0 ? 1 : 0);
     ASSERT_EQ(collectives.connected_ids.size(), 1u);
-    EXPECT_EQ(collectives.connected_ids[0], expected_id());
+    EXPECT_EQ(collectives.connected_ids[0], mt::testing::host_staged_id());
     // Rank 0's parameters through the communicator, then each step's buckets in order, in backward.
-    EXPECT_EQ(of_kind(collectives.events, "broadcast").size(), 4u);
+    EXPECT_EQ(collectives.of_kind("broadcast").size(), 4u);
     std::vector<int64_t> reduced, expected;
-    for (const Event& e : of_kind(collectives.events, "all_reduce sum")) {
+    for (const CollectiveEvent& e : collectives.of_kind("all_reduce sum")) {
       EXPECT_TRUE(e.in_backward);
       reduced.push_back(e.numel);
     }
     for (int step = 0; step < kSteps; ++step) expected.insert(expected.end(), buckets.begin(), buckets.end());
     EXPECT_EQ(reduced, expected);
-    EXPECT_TRUE(of_kind(collectives.events, "all_reduce avg").empty()) << "DDP sums and divides itself";
+    EXPECT_TRUE(collectives.of_kind("all_reduce avg").empty()) << "DDP sums and divides itself";
   }
 }
 

@@ -2,19 +2,25 @@
 // process; under `mpirun -np 2` and `-np 3` (CTest's mpi:zero_2, mpi:zero_3, uneven shards that
 // straddle parameters) the trajectory against plain DDP, bit for bit, in fp32, bf16 and fp16 with
 // the GradScaler, the gathered state against DDP's optimizer state, the per-rank state bytes, and a
-// model on the checked device against the same model on the CPU.
+// model on the checked device against the same model on the CPU. ZeroDevice* / ZeroDeviceMpi*: the
+// parameter all-gather through device collectives (host-staged test ones registered for the checked
+// device, support/host_staged_collectives.h): the choice of path, its errors, and the CPU run's bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "core/device_collectives.h"
 #include "mixtrain/dist/ddp.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/dist/zero.h"
 #include "mixtrain/mixtrain.h"
 #include "support/checked_device.h"
 #include "support/expect_error.h"
+#include "support/host_staged_collectives.h"
 
 namespace mt = mixtrain;
 namespace F = mixtrain::nn::functional;
@@ -208,10 +214,18 @@ mt::optim::AdamOptions adam_options(Mode m) {
   return o;
 }
 
+// What follow_ddp's ZeRO run ended with: its weights (as floats) and the path its all-gather took.
+struct Followed {
+  std::vector<std::vector<float>> weights;
+  dist::ReductionPath path = dist::ReductionPath::kAuto;
+  std::string backend;
+  int64_t chunk = 0;  // the all-gather's elements per rank: the longest rank's shard
+};
+
 // 20 steps of DDP + AdamW and of DDP + ZeRO-1 on the same data, compared after every step. 16-bit
 // modes train 16-bit parameters with fp32 masters (but kBf16Stochastic); fp16 uses the GradScaler with a short growth
 // interval (the scale moves) and an overflow on one rank at step 7 (every rank must skip it).
-void follow_ddp(Mode mode, const mt::Device& device) {
+void follow_ddp(Mode mode, const mt::Device& device, dist::ZeroOptions zero_options = {}, Followed* out = nullptr) {
   dist::ProcessGroup& world = dist::world();
   const mt::DType dtype = mode == Mode::kFp32 ? mt::kFloat32 : mode == Mode::kFp16Scaler ? mt::kFloat16 : mt::kBFloat16;
   auto a = make_model(40 + world.rank()), b = make_model(40 + world.rank());  // DDP broadcasts rank 0's
@@ -219,7 +233,7 @@ void follow_ddp(Mode mode, const mt::Device& device) {
   b->to(dtype).to(device);
   dist::DistributedDataParallel ddp_a(*a, world), ddp_b(*b, world);
   mt::optim::AdamW plain(named(*a), adam_options(mode));
-  dist::ZeroRedundancyOptimizer zero(named(*b), world, adamw(adam_options(mode)));
+  dist::ZeroRedundancyOptimizer zero(named(*b), world, adamw(adam_options(mode)), zero_options);
   const mt::amp::GradScalerOptions so{.init_scale = 1024.0, .growth_interval = 3, .enabled = mode == Mode::kFp16Scaler};
   mt::amp::GradScaler scaler_a(so), scaler_b(so);
   int skipped = 0;
@@ -263,6 +277,17 @@ void follow_ddp(Mode mode, const mt::Device& device) {
   EXPECT_LE(ratio, 1.0 / world.size() + 1.0 / kElements) << "state bytes " << zero.state_bytes().total() << " vs "
                                                      << plain.state_bytes().total();
   if (world.size() == 2) EXPECT_LE(ratio, 0.55);
+  if (out != nullptr) {
+    out->weights.clear();
+    for (const mt::Tensor& p : b->parameters()) out->weights.push_back(values(p));
+    out->path = zero.gather_path();
+    out->backend = zero.gather_backend();
+    out->chunk = 0;
+    for (int r = 0; r < world.size(); ++r) {
+      const auto range = zero.owned_range(r);
+      out->chunk = std::max(out->chunk, range.second - range.first);
+    }
+  }
 }
 
 TEST(ZeroMpi, FollowsDdpBitForBit) {
@@ -306,6 +331,198 @@ TEST(ZeroMpi, RanksWithDifferentModelsAreRefused) {
   auto m = std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, dist::world().rank() == 0 ? 16 : 17));
   EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(named(*m), dist::world(), adamw()),
                   "passed another parameter list than rank 0");
+}
+
+// ---- the all-gather's path (docs/distributed.md, "Models on a device"): device collectives registered
+// for the checked device that stage each tensor through the host and the process group
+// (support/host_staged_collectives.h), so that the device path runs without a GPU.
+
+using mt::testing::HostStagedCollectives;
+using mt::testing::RegisteredForChecked;
+
+TEST(ZeroDevice, ForcedDeviceCollectivesAreTakenByAGroupOfOne) {
+  auto group = dist::make_single_process_group();
+  HostStagedCollectives collectives(*group);
+  RegisteredForChecked registered(&collectives);
+  const mt::Device device = mt::testing::checked_device();
+  auto a = make_model(9), b = make_model(9);
+  b->to(device);
+  mt::optim::AdamW plain(named(*a), kAdam);
+  dist::ZeroRedundancyOptimizer zero(named(*b), *group, adamw(), {.gather = dist::ReductionPath::kDeviceCollectives});
+  EXPECT_EQ(zero.options().gather, dist::ReductionPath::kDeviceCollectives);
+  EXPECT_EQ(zero.gather_path(), dist::ReductionPath::kDeviceCollectives);
+  EXPECT_EQ(zero.gather_backend(), "host-staged (test)");
+  EXPECT_EQ(collectives.ids_made, 1);
+  ASSERT_EQ(collectives.connected_ids.size(), 1u);
+  EXPECT_EQ(collectives.connected_ids[0], mt::testing::host_staged_id());
+  collectives.events.clear();
+  mt::Generator g(10);
+  const mt::Tensor x = mt::randn({8, 6}, {}, &g), y = mt::randint(0, 3, {8}, {.dtype = mt::kInt64}, &g);
+  for (int step = 0; step < 3; ++step) {
+    plain.zero_grad();
+    F::cross_entropy((*a)(x), y).backward();
+    plain.step();
+    zero.zero_grad();
+    F::cross_entropy((*b)(x.to(device)), y.to(device)).backward();
+    zero.step();
+  }
+  const auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(values(pa[i]), values(pb[i])) << i;
+  const auto gathers = collectives.of_kind("all_gather");
+  EXPECT_EQ(gathers.size(), 3u) << "one per step";
+  for (const mt::testing::CollectiveEvent& e : gathers) {
+    EXPECT_EQ(e.numel, kElements);
+    EXPECT_EQ(e.dtype, mt::kFloat32);
+    EXPECT_FALSE(e.in_backward);
+  }
+  EXPECT_EQ(collectives.events.size(), gathers.size()) << "nothing but the all-gathers";
+}
+
+TEST(ZeroDevice, AutoStaysOnTheProcessGroupWithOneRankOrWhenForced) {
+  auto group = dist::make_single_process_group();
+  HostStagedCollectives collectives(*group);
+  RegisteredForChecked registered(&collectives);
+  auto m = make_model(11);
+  m->to(mt::testing::checked_device());
+  for (dist::ReductionPath wanted : {dist::ReductionPath::kAuto, dist::ReductionPath::kProcessGroup}) {
+    SCOPED_TRACE(dist::to_string(wanted));
+    dist::ZeroRedundancyOptimizer zero(named(*m), *group, adamw(), {.gather = wanted});
+    EXPECT_EQ(zero.gather_path(), dist::ReductionPath::kProcessGroup);
+    EXPECT_EQ(zero.gather_backend(), "single");
+  }
+  auto cpu = make_model(11);
+  dist::ZeroRedundancyOptimizer zero(named(*cpu), *group, adamw());  // the three-argument form: auto
+  EXPECT_EQ(zero.options().gather, dist::ReductionPath::kAuto);
+  EXPECT_EQ(zero.gather_path(), dist::ReductionPath::kProcessGroup);
+  EXPECT_EQ(collectives.ids_made, 0);
+  EXPECT_TRUE(collectives.events.empty()) << "no communicator was connected";
+}
+
+TEST(ZeroDevice, RequiredDeviceCollectivesAreRefusedWhereThereAreNone) {
+  auto group = dist::make_single_process_group();
+  const dist::ZeroOptions required{.gather = dist::ReductionPath::kDeviceCollectives};
+  auto cpu = make_model(12);
+  EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(named(*cpu), *group, adamw(), required), "ZeroRedundancyOptimizer",
+                  "gather = device collectives", "parameters are on the cpu");
+  auto m = make_model(12);
+  m->to(mt::testing::checked_device());
+  ASSERT_EQ(mt::device_collectives(mt::kChecked), nullptr);
+  EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(named(*m), *group, adamw(), required), "none for device type checked");
+  // Parameters on two devices: device collectives gather on one, so only auto (the host) takes them.
+  HostStagedCollectives collectives(*group);
+  RegisteredForChecked registered(&collectives);
+  const std::vector<mt::optim::NamedParameter> split = {
+      {"on_cpu", mt::zeros({4}).requires_grad_()},
+      {"on_device", mt::zeros({4}, {.device = mt::testing::checked_device()}).requires_grad_()}};
+  EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(split, *group, adamw(), required), "several devices");
+  dist::ZeroRedundancyOptimizer zero(split, *group, adamw());
+  EXPECT_EQ(zero.gather_path(), dist::ReductionPath::kProcessGroup);
+  EXPECT_TRUE(collectives.events.empty());
+}
+
+// A model on the checked device with the device collectives registered: DDP and ZeRO-1 both take the
+// device path (auto, several ranks). Every step's parameter all-gather goes through the communicator
+// (one per step: one dtype; each rank's block is the longest shard; outside backward), and the weights
+// follow DDP's after every step (follow_ddp) and end with the CPU run's bits, in fp32 and in bf16 with
+// fp32 masters. Without the communicator's all-gather the other ranks' elements stay stale and it fails.
+TEST(ZeroDeviceMpi, GathersThroughTheDeviceCollectivesToTheCpuRunsBits) {
+  MT_REQUIRE_SEVERAL_RANKS();
+  dist::ProcessGroup& world = dist::world();
+  HostStagedCollectives collectives(world);
+  for (Mode mode : {Mode::kFp32, Mode::kBf16}) {
+    SCOPED_TRACE(mode_name(mode));
+    Followed cpu, on_device;
+    follow_ddp(mode, mt::kCPU, {}, &cpu);
+    EXPECT_EQ(cpu.path, dist::ReductionPath::kProcessGroup);
+    collectives.clear();
+    {
+      RegisteredForChecked registered(&collectives);
+      follow_ddp(mode, mt::testing::checked_device(), {}, &on_device);
+    }
+    EXPECT_EQ(on_device.path, dist::ReductionPath::kDeviceCollectives);
+    EXPECT_EQ(on_device.backend, "host-staged (test)");
+    EXPECT_EQ(on_device.weights, cpu.weights);
+    // Three communicators (the two DDPs' and ZeRO's), each id made on rank 0 only.
+    EXPECT_EQ(collectives.of_kind("connect").size(), 3u);
+    EXPECT_EQ(collectives.ids_made, world.rank() == 0 ? 3 : 0);
+    const auto gathers = collectives.of_kind("all_gather");
+    EXPECT_EQ(gathers.size(), 20u) << "one per step";
+    for (const mt::testing::CollectiveEvent& e : gathers) {
+      EXPECT_EQ(e.numel, on_device.chunk);
+      EXPECT_EQ(e.dtype, mode == Mode::kFp32 ? mt::kFloat32 : mt::kBFloat16);
+      EXPECT_FALSE(e.in_backward);
+    }
+  }
+}
+
+// The step's transfers between the checked device and the host: on the device path only the test
+// communicator's own staging (one copy each way per all-gather: NCCL would make none), on the host
+// path a copy of every owned slice to the host and of every other rank's slice back.
+TEST(ZeroDeviceMpi, TheDevicePathCopiesNothingThroughTheHostItself) {
+  MT_REQUIRE_SEVERAL_RANKS();
+  dist::ProcessGroup& world = dist::world();
+  HostStagedCollectives collectives(world);
+  RegisteredForChecked registered(&collectives);
+  const mt::Device device = mt::testing::checked_device();
+  mt::Generator g(13);
+  const mt::Tensor x = mt::randn({4, 6}, {}, &g).to(device);
+  const mt::Tensor y = mt::randint(0, 3, {4}, {.dtype = mt::kInt64}, &g).to(device);
+  for (dist::ReductionPath wanted : {dist::ReductionPath::kAuto, dist::ReductionPath::kProcessGroup}) {
+    SCOPED_TRACE(dist::to_string(wanted));
+    auto m = make_model(14);
+    m->to(device);
+    dist::ZeroRedundancyOptimizer zero(named(*m), world, adamw(), {.gather = wanted});
+    zero.zero_grad();
+    F::cross_entropy((*m)(x), y).backward();
+    const size_t gathers = collectives.of_kind("all_gather").size();
+    const mt::SyncCounts before = mt::sync_counts(device);
+    zero.step();
+    const mt::SyncCounts after = mt::sync_counts(device);
+    const int64_t to_host = after.to_host - before.to_host, from_host = after.from_host - before.from_host;
+    const auto staged = static_cast<int64_t>(collectives.of_kind("all_gather").size() - gathers);
+    if (wanted == dist::ReductionPath::kAuto) {
+      EXPECT_EQ(zero.gather_path(), dist::ReductionPath::kDeviceCollectives);
+      EXPECT_EQ(staged, 1);
+      EXPECT_EQ(to_host, staged);
+      EXPECT_EQ(from_host, staged);
+    } else {
+      EXPECT_EQ(zero.gather_path(), dist::ReductionPath::kProcessGroup);
+      EXPECT_EQ(staged, 0);
+      EXPECT_GE(to_host, 1);
+      EXPECT_GE(from_host, 1);
+    }
+  }
+}
+
+TEST(ZeroDeviceMpi, ForcingTheProcessGroupLeavesTheDeviceCollectivesUnused) {
+  MT_REQUIRE_SEVERAL_RANKS();
+  dist::ProcessGroup& world = dist::world();
+  HostStagedCollectives collectives(world);
+  Followed host;
+  {
+    RegisteredForChecked registered(&collectives);
+    follow_ddp(Mode::kFp32, mt::testing::checked_device(), {.gather = dist::ReductionPath::kProcessGroup}, &host);
+  }
+  EXPECT_EQ(host.path, dist::ReductionPath::kProcessGroup);
+  EXPECT_EQ(host.backend, world.backend_name());
+  EXPECT_TRUE(collectives.of_kind("all_gather").empty());
+  EXPECT_EQ(collectives.of_kind("connect").size(), 2u) << "the two DDPs' only";
+}
+
+TEST(ZeroDeviceMpi, RanksThatWouldTakeDifferentPathsAreRefusedOnEveryRank) {
+  MT_REQUIRE_SEVERAL_RANKS();
+  dist::ProcessGroup& world = dist::world();
+  HostStagedCollectives collectives(world);
+  RegisteredForChecked registered(&collectives);
+  auto m = make_model(15);
+  m->to(mt::testing::checked_device());
+  const dist::ReductionPath wanted =
+      world.rank() == 1 ? dist::ReductionPath::kProcessGroup : dist::ReductionPath::kAuto;
+  EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(named(*m), world, adamw(), {.gather = wanted}),
+                  "ZeroRedundancyOptimizer", "rank 1 gathers through process group",
+                  "rank 0 through device collectives");
+  EXPECT_TRUE(collectives.events.empty()) << "no communicator was connected";
+  world.barrier();  // every rank got here: none waits in a collective another skipped
 }
 
 }  // namespace

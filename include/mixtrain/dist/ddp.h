@@ -55,7 +55,8 @@ class DeviceCommunicator;  // the library's device collectives (internal)
 
 namespace mixtrain::dist {
 
-// How the gradient buckets travel between the ranks (docs/distributed.md, "Models on a device").
+// How the gradient buckets travel between the ranks (docs/distributed.md, "Models on a device"); ZeRO-1's
+// parameter all-gather takes the same choice (ZeroOptions::gather, mixtrain/dist/zero.h).
 enum class ReductionPath : uint8_t {
   // An option only: kDeviceCollectives when the parameters are on a device whose backend has device
   // collectives (CUDA in builds with NCCL) and the group has more than one rank; else kProcessGroup.

@@ -10,8 +10,9 @@
 // (masters 4, moments 8) is optimizer state that each rank computes identically. Here the
 // parameters, in flat order (their order in the list, element by element), are cut into N contiguous
 // ranges, one per rank: rank r of N owns elements [r*T/N, (r+1)*T/N) of the T in all, so the lengths
-// differ by at most one. A parameter may straddle ranks. Each rank builds its optimizer (the factory's) over views of the elements it owns, so its
-// masters and moments cover 1/N of the model; per rank, optimizer state shrinks to 1/N.
+// differ by at most one. A parameter may straddle ranks. Each rank builds its optimizer (the factory's)
+// over views of the elements it owns, so its masters and moments cover 1/N of the model; per rank,
+// optimizer state shrinks to 1/N.
 //
 // A step: the gradients are the averaged ones that DDP left in every rank's .grad (the GradScaler's
 // inf check and gradient clipping therefore see every gradient and agree on every rank); each rank
@@ -23,15 +24,25 @@
 // elements' positions within the whole parameter (Optimizer::set_rounding_stream).
 //
 // Communication per step: DDP's all-reduce of the gradients, plus one all-gather of the parameters
-// (in the parameters' dtype, staged through host memory for a model on a device). Gradients stay
-// whole on every rank (sharding them is ZeRO stage 2).
+// per parameter dtype, in that dtype (each rank's owned elements of it, padded to the longest rank's
+// count). Gradients stay whole on every rank (sharding them is ZeRO stage 2).
+// The all-gather takes one of two paths (ZeroOptions::gather; gather_path() says which), chosen as
+// DDP chooses its reduction's (ReductionPath, mixtrain/dist/ddp.h):
+//   * device collectives, when the parameters are on one device whose backend registered some (CUDA
+//     with NCCL) and the group has more than one rank: construction bootstraps a communicator over
+//     the process group (collective; rank 0's unique id broadcast), and each step gathers in device
+//     memory, enqueued on the device's stream after the update (no host copy, no host wait);
+//   * the process group otherwise (or with gather = kProcessGroup): through host memory, a host copy
+//     each way for a model on a device.
+// Either way the bytes are moved, never computed: the trajectory is the same, bit for bit.
 //
 // Restrictions: the factory must build one parameter group (every rank then has the same groups);
 // the model must have at least as many parameter elements as there are ranks; every rank constructs
 // it with the same parameter list (names, shapes, dtypes; checked).
 //
 // Collectives: construction, step()/step_scaled() (when not skipped), state_dict() and
-// load_state_dict() are collective: every rank must call them in the same order.
+// load_state_dict() are collective: every rank must call them in the same order. state_dict() gathers
+// the optimizer state through the process group (host memory) whatever the path.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +53,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixtrain/dist/ddp.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/optim/optimizer.h"
 
@@ -58,6 +70,15 @@ struct ZeroStatePiece {
   std::vector<std::pair<std::string, Tensor>> tensors;
 };
 
+struct ZeroOptions {
+  // How the updated parameters travel between the ranks (above): kAuto takes the device collectives
+  // where the parameters' device has them and the group has more than one rank, else the process
+  // group; kProcessGroup forces host staging; kDeviceCollectives requires the device collectives (an
+  // mt::Error says why a device has none; cpu parameters, or parameters on several devices, are
+  // refused) and takes them even with one rank. Every rank must take the same path (checked).
+  ReductionPath gather = ReductionPath::kAuto;
+};
+
 class ZeroRedundancyOptimizer final : public optim::Optimizer {
  public:
   // Builds the optimizer of this rank's shard from views of the elements it owns (1-D, contiguous,
@@ -66,7 +87,7 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
   using LocalFactory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::NamedParameter>)>;
 
   ZeroRedundancyOptimizer(std::vector<optim::NamedParameter> params, ProcessGroup& group,
-                          const LocalFactory& make_local);
+                          const LocalFactory& make_local, ZeroOptions options = {});
   ~ZeroRedundancyOptimizer() override;
 
   const char* name() const override { return local_->name(); }  // the local optimizer's ("AdamW")
@@ -75,6 +96,12 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
   using optim::Optimizer::set_lr;
 
   ProcessGroup& group() const { return *group_; }
+  const ZeroOptions& options() const { return options_; }
+  // The path the parameter all-gather takes (kProcessGroup or kDeviceCollectives, never kAuto), and
+  // what moves the bytes: the device collectives' name ("nccl") or the process group's backend ("mpi",
+  // "single").
+  ReductionPath gather_path() const { return path_; }
+  const std::string& gather_backend() const { return gather_backend_; }
   // The optimizer of this rank's shard (its state is this rank's share of the whole state).
   optim::Optimizer& local_optimizer() { return *local_; }
   const optim::Optimizer& local_optimizer() const { return *local_; }
@@ -127,6 +154,10 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
   void all_gather_parameters();
 
   ProcessGroup* group_;
+  ZeroOptions options_;
+  ReductionPath path_ = ReductionPath::kProcessGroup;
+  std::string gather_backend_;
+  std::unique_ptr<DeviceCommunicator> comm_;  // with kDeviceCollectives
   std::vector<Tensor> params_;
   std::vector<int64_t> offsets_;  // flat offset of each parameter
   int64_t total_ = 0;

@@ -83,6 +83,14 @@ class NcclCommunicator final : public DeviceCommunicator {
       return ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, s);
     });
   }
+  void all_gather_impl(const Tensor& input, const Tensor& output) override {
+    // Bytes, whatever the dtype: rank r's input.nbytes() land at byte r * input.nbytes() of the output.
+    // An input that is the output's own block is NCCL's in-place form (the shared checks allow no
+    // other overlap). Compiled only until a GPU runs tests/cuda/nccl_smoke.cpp.
+    enqueue("ncclAllGather", [&](cudaStream_t s) {
+      return ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm_, s);
+    });
+  }
 
  private:
   // Checks for an error a previous collective left behind (NCCL reports those asynchronously), then
