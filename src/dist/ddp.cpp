@@ -11,6 +11,7 @@
 
 #include "core/device_collectives.h"
 #include "dist/device_bootstrap.h"
+#include "dist/parameter_signature.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/error.h"
 #include "mixtrain/factory.h"
@@ -28,12 +29,6 @@ struct DistributedDataParallel::Bucket {
 };
 
 namespace {
-
-std::string signature(const std::vector<std::string>& names, const std::vector<Tensor>& params) {
-  std::ostringstream s;
-  for (size_t i = 0; i < params.size(); ++i) s << names[i] << ' ' << describe(params[i]) << '\n';
-  return s.str();
-}
 
 // The first line where two signatures differ (for the error message).
 std::string first_difference(const std::string& a, const std::string& b) {
@@ -92,7 +87,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
   for (int r = 0; r < group.size(); ++r)
     MT_CHECK(counts[r] == counts[0], "DistributedDataParallel: rank ", r, " has ", counts[r],
              " parameters that require grad, rank 0 has ", counts[0], "; every rank must wrap the same model");
-  const std::string mine = signature(names_, params_);
+  const std::string mine = detail::parameter_signature(names_, params_);
   const std::vector<std::string> all = group.all_gather(mine);
   for (int r = 0; r < group.size(); ++r)
     MT_CHECK(all[r] == all[0], "DistributedDataParallel: rank ", r, "'s parameters differ from rank 0's: ",

@@ -149,6 +149,14 @@ bool launched_by_mpi() {
   return detail::parse_count(std::getenv("PMIX_RANK")) > 0;
 }
 
+int launcher_local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const long long r = detail::parse_count(std::getenv(var));
+    if (r >= 0) return r > 1'000'000 ? 0 : static_cast<int>(r);
+  }
+  return 0;
+}
+
 bool built_with_mpi() {
 #if defined(MIXTRAIN_WITH_MPI)
   return true;

@@ -11,6 +11,7 @@
 
 #include "core/device_collectives.h"
 #include "dist/device_bootstrap.h"
+#include "dist/parameter_signature.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/error.h"
 #include "mixtrain/factory.h"
@@ -70,17 +71,18 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::NamedParamet
   }
   add_param_group(tensors, names, /*master_weights=*/false);  // validates; the state lives in local_
   params_ = tensors;
-  std::ostringstream signature;
+  std::vector<std::string> full_names;
   for (size_t i = 0; i < params_.size(); ++i) {
     offsets_.push_back(total_);
     total_ += params_[i].numel();
-    signature << param_name(i) << ' ' << describe(params_[i]) << '\n';
+    full_names.push_back(param_name(i));
   }
+  const std::string signature = detail::parameter_signature(full_names, params_);
   const int size = group.size();
   MT_CHECK(total_ >= size, "ZeroRedundancyOptimizer: ", total_, " parameter elements cannot be shared by ", size,
            " ranks (each rank must own at least one)");
   // Every rank must shard the same list, or the ranges would not meet.
-  const std::vector<int64_t> prints = group.all_gather(static_cast<int64_t>(fingerprint(signature.str())));
+  const std::vector<int64_t> prints = group.all_gather(static_cast<int64_t>(fingerprint(signature)));
   const std::vector<int64_t> totals = group.all_gather(total_);
   for (int r = 0; r < size; ++r)
     MT_CHECK(prints[r] == prints[0] && totals[r] == totals[0], "ZeroRedundancyOptimizer: rank ", r,

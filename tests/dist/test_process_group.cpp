@@ -178,6 +178,28 @@ TEST(ProcessGroupEnv, LaunchedByMpiReadsTheLauncherEnvironment) {
   EXPECT_TRUE(dist::launched_by_mpi());
 }
 
+// The local rank picks a process's GPU under mpirun: the launchers' variables in order, hostile
+// values ignored.
+TEST(ProcessGroupEnv, LocalRankReadsTheLauncherEnvironment) {
+  if (dist::launched_by_mpi()) GTEST_SKIP() << "runs outside mpirun only (it rewrites the launcher's variables)";
+  ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_RANK", nullptr);
+  ScopedEnv mpich("MPI_LOCALRANKID", nullptr);
+  ScopedEnv slurm("SLURM_LOCALID", nullptr);
+  EXPECT_EQ(dist::launcher_local_rank(), 0);
+  slurm.set("5");
+  EXPECT_EQ(dist::launcher_local_rank(), 5);
+  mpich.set("2");
+  EXPECT_EQ(dist::launcher_local_rank(), 2);
+  ompi.set("3");
+  EXPECT_EQ(dist::launcher_local_rank(), 3);
+  for (const char* bad : {"-1", "three", "3x", "", "99999999999999999999"}) {
+    ompi.set(bad);
+    EXPECT_EQ(dist::launcher_local_rank(), 2) << "OMPI_COMM_WORLD_LOCAL_RANK='" << bad << "' falls through to MPICH's";
+  }
+  ompi.set("2000000");
+  EXPECT_EQ(dist::launcher_local_rank(), 0);  // absurd: rank 0's device rather than an overflow
+}
+
 TEST(ProcessGroupEnv, WorldIsOneProcessOutsideALauncher) {
   if (dist::launched_by_mpi()) GTEST_SKIP() << "started by an MPI launcher: world() is the MPI world";
   dist::ProcessGroup& pg = dist::world();

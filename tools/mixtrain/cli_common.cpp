@@ -3,6 +3,7 @@
 
 #include <mixtrain/cpu.h>
 #include <mixtrain/data/token_file.h>
+#include <mixtrain/dist/process_group.h>
 #include <mixtrain/io/hf_gpt2.h>
 #include <mixtrain/parallel.h>
 #include <mixtrain/random.h>
@@ -360,15 +361,25 @@ std::string device_help() {
     if (d.indexed) text += std::string(" / ") + d.name + ":N";
     text += std::string(" (") + d.summary + (d.built ? "" : "; not in this build") + ")";
   }
-  return text;
+  return text + ". Under mpirun a name without :N picks this host's process number modulo its devices";
 }
 
 Device parse_device(const std::string& text) {
+  Device device;
   try {
-    return mixtrain::parse_device(text);
+    device = mixtrain::parse_device(text);
   } catch (const Error& e) {
     throw UsageError(std::string("--device: ") + e.what());
   }
+  // One process per GPU under mpirun: "cuda" without an index means this host's process number
+  // modulo the GPUs it has (rank 1 of a node on cuda:1), as NCCL needs one GPU per rank.
+  if (dist::launched_by_mpi() && text.find(':') == std::string::npos) {
+    const int count = device_count(device.type);
+    for (const DeviceTypeInfo& info : device_types())
+      if (info.type == device.type && info.indexed && count > 1)
+        device.index = static_cast<int16_t>(dist::launcher_local_rank() % count);
+  }
+  return device;
 }
 
 std::string random_text(int64_t n, uint64_t seed) {

@@ -100,6 +100,11 @@ ProcessGroup& world();
 // OMPI_COMM_WORLD_SIZE, or PMI_SIZE (MPICH, Intel MPI), above 1, or a PMIX_RANK above 0.
 bool launched_by_mpi();
 
+// This process's rank among the launcher's processes on its host, for choosing its GPU:
+// OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), then MPI_LOCALRANKID (MPICH, Intel MPI), then SLURM_LOCALID;
+// 0 when none holds a number.
+int launcher_local_rank();
+
 // True when this library was built with MPI (MIXTRAIN_MPI, cmake/Mpi.cmake).
 bool built_with_mpi();
 
