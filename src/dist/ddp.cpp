@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <sstream>
 
 #include "core/device_collectives.h"
 #include "dist/device_bootstrap.h"
@@ -29,19 +28,6 @@ struct DistributedDataParallel::Bucket {
 };
 
 namespace {
-
-// The first line where two signatures differ (for the error message).
-std::string first_difference(const std::string& a, const std::string& b) {
-  std::istringstream sa(a), sb(b);
-  std::string la, lb;
-  while (true) {
-    const bool ga = static_cast<bool>(std::getline(sa, la)), gb = static_cast<bool>(std::getline(sb, lb));
-    if (!ga && !gb) return "";
-    if (!ga) la = "(nothing)";
-    if (!gb) lb = "(nothing)";
-    if (!ga || !gb || la != lb) return "\"" + la + "\" on rank 0, \"" + lb + "\" here";
-  }
-}
 
 // The process group reads host memory: a tensor on another device goes through a host copy.
 void broadcast_staged(ProcessGroup& group, const Tensor& t) {
@@ -87,11 +73,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
   for (int r = 0; r < group.size(); ++r)
     MT_CHECK(counts[r] == counts[0], "DistributedDataParallel: rank ", r, " has ", counts[r],
              " parameters that require grad, rank 0 has ", counts[0], "; every rank must wrap the same model");
-  const std::string mine = detail::parameter_signature(names_, params_);
-  const std::vector<std::string> all = group.all_gather(mine);
-  for (int r = 0; r < group.size(); ++r)
-    MT_CHECK(all[r] == all[0], "DistributedDataParallel: rank ", r, "'s parameters differ from rank 0's: ",
-             first_difference(all[0], all[r]));
+  detail::check_same_parameters("DistributedDataParallel", names_, params_, group);
 
   // The path, the same on every rank (checked there).
   path_ = detail::agree_on_path(kDdp, options.reduction, *device, group);

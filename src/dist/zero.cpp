@@ -28,13 +28,6 @@ constexpr detail::PathUser kZero{"ZeroRedundancyOptimizer", "gather", "gathers"}
 // At most this many bytes per rank per all_gather call (the process group takes up to 2 GiB).
 constexpr int64_t kGatherPieceBytes = int64_t{1} << 30;
 
-// FNV-1a: one number that differs when two ranks' parameter lists differ.
-uint64_t fingerprint(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 // output[q * n + i] = rank q's input[i], for n = input.numel(), in pieces of at most
 // kGatherPieceBytes per rank. CPU tensors.
 void all_gather_in_pieces(ProcessGroup& group, const Tensor& input, const Tensor& output) {
@@ -77,17 +70,11 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::NamedParamet
     total_ += params_[i].numel();
     full_names.push_back(param_name(i));
   }
-  const std::string signature = detail::parameter_signature(full_names, params_);
   const int size = group.size();
+  // Every rank must shard the same list, or the ranges would not meet.
+  detail::check_same_parameters("ZeroRedundancyOptimizer", full_names, params_, group);
   MT_CHECK(total_ >= size, "ZeroRedundancyOptimizer: ", total_, " parameter elements cannot be shared by ", size,
            " ranks (each rank must own at least one)");
-  // Every rank must shard the same list, or the ranges would not meet.
-  const std::vector<int64_t> prints = group.all_gather(static_cast<int64_t>(fingerprint(signature)));
-  const std::vector<int64_t> totals = group.all_gather(total_);
-  for (int r = 0; r < size; ++r)
-    MT_CHECK(prints[r] == prints[0] && totals[r] == totals[0], "ZeroRedundancyOptimizer: rank ", r,
-             " passed another parameter list than rank 0 (", totals[r], " elements there, ", totals[0],
-             " on rank 0; names, shapes and dtypes must match): every rank must shard the same model");
 
   local_slices_ = slices_of(group.rank());
   std::vector<optim::NamedParameter> shard;
@@ -131,10 +118,16 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::NamedParamet
 
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
 
+std::pair<int64_t, int64_t> ZeroRedundancyOptimizer::range_of(int64_t total, int64_t rank, int64_t world) {
+  MT_CHECK(world >= 1 && rank >= 0 && rank < world, "ZeroRedundancyOptimizer: rank ", rank,
+           " is not in a group of ", world);
+  // total * r / world, without the overflow of the product.
+  const auto bound = [&](int64_t r) { return total / world * r + total % world * r / world; };
+  return {bound(rank), bound(rank + 1)};
+}
+
 std::pair<int64_t, int64_t> ZeroRedundancyOptimizer::owned_range(int rank) const {
-  const int64_t n = group_->size();
-  MT_CHECK(rank >= 0 && rank < n, "ZeroRedundancyOptimizer: rank ", rank, " is not in this group of ", n);
-  return {total_ * rank / n, total_ * (rank + 1) / n};
+  return range_of(total_, rank, group_->size());
 }
 
 std::vector<ZeroRedundancyOptimizer::Slice> ZeroRedundancyOptimizer::slices_of(int rank) const {

@@ -277,8 +277,7 @@ std::vector<dist::ZeroStatePiece> Trainer::load_zero_shards(const std::string& p
   std::vector<dist::ZeroStatePiece> pieces;
   for (int64_t q = 0; q < world; ++q) {
     // The range rank q owned when the checkpoint was written; only shards that overlap ours are read.
-    const int64_t begin = total / world * q + total % world * q / world;  // = total * q / world without overflow
-    const int64_t end = total / world * (q + 1) + total % world * (q + 1) / world;
+    const auto [begin, end] = dist::ZeroRedundancyOptimizer::range_of(total, q, world);
     if (end <= lo || begin >= hi) continue;
     const std::string shard = detail::zero_shard_path(path, static_cast<int>(q), static_cast<int>(world));
     MT_CHECK(fs::exists(shard), "resume: '", path, "' was written by ", world, " ranks under ZeRO-1, but the shard of ",

@@ -109,6 +109,9 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
   // The partition: parameter elements in all, and the flat range [begin, end) rank r owns.
   int64_t total_elements() const { return total_; }
   std::pair<int64_t, int64_t> owned_range(int rank) const;
+  // The range of rank `rank` of `world` over `total` elements: what owned_range() returns, for any
+  // world size (a checkpoint written by another one).
+  static std::pair<int64_t, int64_t> range_of(int64_t total, int64_t rank, int64_t world);
 
   // A whole-model state dict (every parameter's state, as a plain optimizer's state_dict() holds it),
   // gathered from every rank: collective, and it costs the whole state's memory on every rank while
