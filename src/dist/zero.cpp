@@ -77,6 +77,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::NamedParamet
            " ranks (each rank must own at least one)");
 
   local_slices_ = slices_of(group.rank());
+  plan_gathers();
   std::vector<optim::NamedParameter> shard;
   {
     NoGradGuard no_grad;
@@ -155,34 +156,43 @@ void ZeroRedundancyOptimizer::update(float inv_scale) {
   all_gather_parameters();
 }
 
+void ZeroRedundancyOptimizer::plan_gathers() {
+  std::set<DType> dtypes;
+  for (const Tensor& p : params_) dtypes.insert(p.dtype());
+  for (const DType dtype : dtypes) {
+    GatherPlan plan{dtype, 0, {}};
+    for (int q = 0; q < group_->size(); ++q) {
+      std::vector<Slice> mine;
+      int64_t n = 0;
+      for (const Slice& s : slices_of(q))
+        if (params_[s.param].dtype() == dtype) {
+          mine.push_back(s);
+          n += s.end - s.begin;
+        }
+      plan.chunk = std::max(plan.chunk, n);
+      plan.by_rank.push_back(std::move(mine));
+    }
+    if (plan.chunk > 0) gather_plans_.push_back(std::move(plan));
+  }
+}
+
 // Per dtype: every rank's owned elements back to back (padded to the longest rank's count), gathered
 // in device memory by the device collectives or through host memory by the process group, and each
 // other rank's elements copied into the parameters. Bytes only: nothing is computed.
 void ZeroRedundancyOptimizer::all_gather_parameters() {
   const int size = group_->size();
   if (size == 1 && !comm_) return;  // a forced communicator of one rank still runs (the NCCL smoke test)
-  std::vector<std::vector<Slice>> all(static_cast<size_t>(size));
-  for (int q = 0; q < size; ++q) all[static_cast<size_t>(q)] = slices_of(q);
-  std::set<DType> dtypes;
-  for (const Tensor& p : params_) dtypes.insert(p.dtype());
   const int rank = group_->rank();
-  for (const DType dtype : dtypes) {
-    int64_t chunk = 0;
-    for (const auto& slices : all) {
-      int64_t n = 0;
-      for (const Slice& s : slices)
-        if (params_[s.param].dtype() == dtype) n += s.end - s.begin;
-      chunk = std::max(chunk, n);
-    }
-    if (chunk == 0) continue;
+  for (const GatherPlan& plan : gather_plans_) {
+    const int64_t chunk = plan.chunk;
     // On the device path the buffer lives there and this rank's block is the input (in place, as
     // NCCL allows); on the host path the input is a host chunk of its own.
-    Tensor gathered = empty({chunk * size}, {.dtype = dtype, .device = comm_ ? comm_->device() : Device{}});
+    Tensor gathered = empty({chunk * size}, {.dtype = plan.dtype, .device = comm_ ? comm_->device() : Device{}});
     Tensor mine =
-        comm_ ? gathered.narrow(0, rank * chunk, chunk) : empty({chunk}, {.dtype = dtype, .device = Device{}});
+        comm_ ? gathered.narrow(0, rank * chunk, chunk) : empty({chunk}, {.dtype = plan.dtype, .device = Device{}});
     int64_t at = 0;
     for (const Slice& s : local_slices_) {
-      if (params_[s.param].dtype() != dtype) continue;
+      if (params_[s.param].dtype() != plan.dtype) continue;
       mine.narrow(0, at, s.end - s.begin).copy_(s.view);
       at += s.end - s.begin;
     }
@@ -194,10 +204,9 @@ void ZeroRedundancyOptimizer::all_gather_parameters() {
     for (int q = 0; q < size; ++q) {
       if (q == rank) continue;
       at = 0;
-      for (const Slice& s : all[static_cast<size_t>(q)]) {
-        if (params_[s.param].dtype() != dtype) continue;
-        const Tensor& p = params_[s.param];
-        p.detach().view({-1}).narrow(0, s.begin, s.end - s.begin).copy_(gathered.narrow(0, q * chunk + at, s.end - s.begin));
+      for (const Slice& s : plan.by_rank[static_cast<size_t>(q)]) {
+        params_[s.param].detach().view({-1}).narrow(0, s.begin, s.end - s.begin).copy_(
+            gathered.narrow(0, q * chunk + at, s.end - s.begin));
         at += s.end - s.begin;
       }
     }

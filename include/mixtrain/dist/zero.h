@@ -153,7 +153,15 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
     int64_t end = 0;
     Tensor view;  // only for this rank's slices
   };
+  // The parameters of one dtype as the all-gather moves them: each rank's slices back to back in a
+  // chunk padded to the longest rank's count. Fixed by the partition: computed once.
+  struct GatherPlan {
+    DType dtype = kFloat32;
+    int64_t chunk = 0;
+    std::vector<std::vector<Slice>> by_rank;
+  };
   std::vector<Slice> slices_of(int rank) const;
+  void plan_gathers();
   void all_gather_parameters();
 
   ProcessGroup* group_;
@@ -165,6 +173,7 @@ class ZeroRedundancyOptimizer final : public optim::Optimizer {
   std::vector<int64_t> offsets_;  // flat offset of each parameter
   int64_t total_ = 0;
   std::vector<Slice> local_slices_;  // this rank's, in flat order, with views
+  std::vector<GatherPlan> gather_plans_;  // one per parameter dtype
   std::unique_ptr<optim::Optimizer> local_;
 };
 
