@@ -11,6 +11,7 @@
 #include "mixtrain/dist/ddp.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/mixtrain.h"
+#include "dist/dist_fixtures.h"
 #include "support/checked_device.h"
 #include "support/expect_error.h"
 
@@ -20,29 +21,12 @@ namespace dist = mixtrain::dist;
 
 namespace {
 
-#define MT_REQUIRE_TWO_RANKS()          \
-  if (dist::world().size() < 2)         \
-  GTEST_SKIP() << "needs two processes: mpirun -np 2 mixtrain_tests --gtest_filter='Ddp*' (CTest: mpi:ddp)"
+#define MT_REQUIRE_TWO_RANKS() MT_REQUIRE_SEVERAL_RANKS("mpi:ddp")
 
-std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) {
-  mt::manual_seed(seed);
-  return std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, 16), mt::nn::ReLU(), mt::nn::Linear(16, 3));
-}
-
-struct Data {
-  mt::Tensor x, y;
-};
-Data full_batch(int64_t n) {
-  mt::Generator g(21);
-  return {mt::randn({n, 6}, {}, &g), mt::randint(0, 3, {n}, {.dtype = mt::kInt64}, &g)};
-}
-// Rows rank, rank + W, ... : the DataLoader's shard of one batch.
-Data shard(const Data& d, int rank, int world) {
-  std::vector<int64_t> rows;
-  for (int64_t i = rank; i < d.x.size(0); i += world) rows.push_back(i);
-  const mt::Tensor idx = mt::from_vector(rows, {static_cast<int64_t>(rows.size())});
-  return {mt::index_select(d.x, 0, idx), mt::index_select(d.y, 0, idx)};
-}
+using Data = mt::testing::DistBatch;
+using mt::testing::full_batch;
+using mt::testing::shard;
+std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) { return mt::testing::small_mlp(seed); }
 
 // ||a - b|| / ||b||: sums of the same terms in another order (per rank, then over ranks) differ by
 // fp32 rounding, which an element-wise ratio magnifies without bound near zero.
@@ -207,24 +191,7 @@ TEST(DdpMpi, ADeviceModelTrainsToTheCpuModelsBits) {
       dist::DistributedDataParallel ddp(*model, g, {.bucket_cap_mb = 100.0 / (1024 * 1024)});
       mt::optim::AdamW opt(model->parameters(), {.lr = 0.01});
       mt::amp::GradScaler scaler({.enabled = amp == mt::kFloat16});
-      const mt::Tensor x = d.x.to(where), y = d.y.to(where);
-      for (int step = 0; step < 3; ++step) {
-        opt.zero_grad();
-        mt::Tensor loss;
-        {
-          mt::amp::Autocast ac(where.type, amp.value_or(mt::kBFloat16), amp.has_value());
-          loss = F::cross_entropy((*model)(x), y);
-        }
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-      }
-      std::vector<std::vector<float>> out;
-      for (const mt::Tensor& p : model->parameters()) {
-        EXPECT_EQ(p.device(), where);
-        out.push_back(p.to(mt::kCPU).to_vector<float>());
-      }
-      return out;
+      return mt::testing::train_amp_steps(*model, opt, scaler, d, where, amp, 3);
     };
     EXPECT_EQ(train(device), train(mt::kCPU));
   }

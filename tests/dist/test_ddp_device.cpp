@@ -16,6 +16,7 @@
 #include "mixtrain/dist/ddp.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/mixtrain.h"
+#include "dist/dist_fixtures.h"
 #include "support/checked_device.h"
 #include "support/expect_error.h"
 #include "support/host_staged_collectives.h"
@@ -26,33 +27,16 @@ namespace dist = mixtrain::dist;
 
 namespace {
 
-#define MT_REQUIRE_TWO_RANKS()  \
-  if (dist::world().size() < 2) \
-  GTEST_SKIP() << "needs two processes: mpirun -np 2 mixtrain_tests --gtest_filter='Ddp*' (CTest: mpi:ddp)"
+#define MT_REQUIRE_TWO_RANKS() MT_REQUIRE_SEVERAL_RANKS("mpi:ddp")
 
 using mt::testing::CollectiveEvent;
 using mt::testing::HostStagedCollectives;
 using mt::testing::RegisteredForChecked;
 
-std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) {
-  mt::manual_seed(seed);
-  return std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, 16), mt::nn::ReLU(), mt::nn::Linear(16, 3));
-}
-
-struct Data {
-  mt::Tensor x, y;
-};
-// Rows rank, rank + W, ... of one seeded batch of n: the DataLoader's shard.
-Data shard(int64_t n, int rank, int world) {
-  mt::Generator g(21);
-  const mt::Tensor x = mt::randn({n, 6}, {.device = mt::kCPU}, &g);
-  const mt::Tensor y = mt::randint(0, 3, {n}, {.dtype = mt::kInt64, .device = mt::kCPU}, &g);
-  std::vector<int64_t> rows;
-  for (int64_t i = rank; i < n; i += world) rows.push_back(i);
-  const mt::Tensor idx =
-      mt::from_vector(rows, {static_cast<int64_t>(rows.size())}, {.dtype = mt::kInt64, .device = mt::kCPU});
-  return {mt::index_select(x, 0, idx), mt::index_select(y, 0, idx)};
-}
+using Data = mt::testing::DistBatch;
+using mt::testing::full_batch;
+using mt::testing::shard;
+std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) { return mt::testing::small_mlp(seed); }
 
 // The element counts of the buckets, in bucket (= issue) order.
 std::vector<int64_t> bucket_numels(const dist::DistributedDataParallel& ddp, const std::vector<mt::Tensor>& params) {
@@ -85,7 +69,7 @@ TEST(DdpDevice, ForcedDeviceCollectivesAreTakenByAGroupOfOne) {
   ASSERT_EQ(collectives.of_kind("broadcast").size(), params.size()) << "one broadcast per parameter";
   collectives.events.clear();
 
-  const Data d = shard(8, 0, 1);
+  const Data d = shard(full_batch(8), 0, 1);
   F::cross_entropy((*model)(d.x.to(device)), d.y.to(device)).backward();
   F::cross_entropy((*plain)(d.x), d.y).backward();
   std::vector<int64_t> reduced;
@@ -152,7 +136,7 @@ TEST(DdpDeviceMpi, ADeviceModelTrainsThroughDeviceCollectivesToTheCpuModelsBits)
   RegisteredForChecked registered(&collectives);
   const mt::Device device = mt::testing::checked_device();
   ASSERT_EQ(mt::default_device(), mt::Device{});
-  const Data d = shard(16, g.rank(), g.size());
+  const Data d = shard(full_batch(16), g.rank(), g.size());
   constexpr int kSteps = 3;
   for (std::optional<mt::DType> amp :
        {std::optional<mt::DType>{}, std::optional<mt::DType>{mt::kBFloat16}, std::optional<mt::DType>{mt::kFloat16}}) {
@@ -170,24 +154,7 @@ TEST(DdpDeviceMpi, ADeviceModelTrainsThroughDeviceCollectivesToTheCpuModelsBits)
       if (!where.is_cpu()) buckets = bucket_numels(ddp, model->parameters());
       mt::optim::AdamW opt(model->parameters(), {.lr = 0.01});
       mt::amp::GradScaler scaler({.enabled = amp == mt::kFloat16});
-      const mt::Tensor x = d.x.to(where), y = d.y.to(where);
-      for (int step = 0; step < kSteps; ++step) {
-        opt.zero_grad();
-        mt::Tensor loss;
-        {
-          mt::amp::Autocast ac(where.type, amp.value_or(mt::kBFloat16), amp.has_value());
-          loss = F::cross_entropy((*model)(x), y);
-        }
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-      }
-      std::vector<std::vector<float>> out;
-      for (const mt::Tensor& p : model->parameters()) {
-        EXPECT_EQ(p.device(), where);
-        out.push_back(p.to(mt::kCPU).to_vector<float>());
-      }
-      return out;
+      return mt::testing::train_amp_steps(*model, opt, scaler, d, where, amp, kSteps);
     };
     const auto on_device = train(device);
     EXPECT_EQ(on_device, train(mt::kCPU));
@@ -219,7 +186,7 @@ TEST(DdpDeviceMpi, ForcingTheProcessGroupLeavesTheDeviceCollectivesUnused) {
   dist::DistributedDataParallel ddp(*model, g, {.reduction = dist::ReductionPath::kProcessGroup});
   EXPECT_EQ(ddp.reduction_path(), dist::ReductionPath::kProcessGroup);
   EXPECT_EQ(ddp.reduction_backend(), g.backend_name());
-  const Data d = shard(8, g.rank(), g.size());
+  const Data d = shard(full_batch(8), g.rank(), g.size());
   F::cross_entropy((*model)(d.x.to(model->parameters()[0].device())), d.y.to(model->parameters()[0].device()))
       .backward();
   EXPECT_EQ(ddp.stats().reductions, 1);

@@ -19,6 +19,7 @@
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/dist/zero.h"
 #include "mixtrain/mixtrain.h"
+#include "dist/dist_fixtures.h"
 #include "support/checked_device.h"
 #include "support/expect_error.h"
 #include "support/host_staged_collectives.h"
@@ -29,18 +30,11 @@ namespace dist = mixtrain::dist;
 
 namespace {
 
-#define MT_REQUIRE_SEVERAL_RANKS()      \
-  if (dist::world().size() < 2)         \
-  GTEST_SKIP() << "needs several processes: mpirun -np 2 mixtrain_tests --gtest_filter='Zero*' (CTest: mpi:zero_2)"
-
 // 6*64 + 64 + 64*3 + 3 = 643 elements: 321/322 over 2 ranks, 214/214/215 over 3, each cut inside a
 // weight with more than 32 elements after the cut (the vector kernels' width: an element's random
 // bits must follow its position within the whole parameter on every path).
 constexpr int64_t kElements = 643;
-std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) {
-  mt::manual_seed(seed);
-  return std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, 64), mt::nn::ReLU(), mt::nn::Linear(64, 3));
-}
+std::shared_ptr<mt::nn::Sequential> make_model(uint64_t seed) { return mt::testing::small_mlp(seed, 64); }
 
 std::vector<mt::optim::NamedParameter> named(mt::nn::Module& m) {
   std::vector<mt::optim::NamedParameter> out;
@@ -312,7 +306,7 @@ void follow_ddp(Mode mode, const mt::Device& device, dist::ZeroOptions zero_opti
 }
 
 TEST(ZeroMpi, FollowsDdpBitForBit) {
-  MT_REQUIRE_SEVERAL_RANKS();
+  MT_REQUIRE_SEVERAL_RANKS("mpi:zero_2, mpi:zero_3");
   for (Mode mode : {Mode::kFp32, Mode::kBf16, Mode::kFp16Scaler, Mode::kBf16Stochastic}) {
     SCOPED_TRACE(mode_name(mode));
     follow_ddp(mode, mt::kCPU);
@@ -322,7 +316,7 @@ TEST(ZeroMpi, FollowsDdpBitForBit) {
 // A model built on the CPU and moved to the checked device (the default device left alone): the
 // owned views, the updates and the all-gather work on device tensors.
 TEST(ZeroMpi, FollowsDdpOnADevice) {
-  MT_REQUIRE_SEVERAL_RANKS();
+  MT_REQUIRE_SEVERAL_RANKS("mpi:zero_2, mpi:zero_3");
   ASSERT_EQ(mt::default_device(), mt::Device{});
   for (Mode mode : {Mode::kFp32, Mode::kBf16}) {
     SCOPED_TRACE(mode_name(mode));
@@ -331,7 +325,7 @@ TEST(ZeroMpi, FollowsDdpOnADevice) {
 }
 
 TEST(ZeroMpi, TheRangesTileTheModel) {
-  MT_REQUIRE_SEVERAL_RANKS();
+  MT_REQUIRE_SEVERAL_RANKS("mpi:zero_2, mpi:zero_3");
   auto m = make_model(8);
   dist::ZeroRedundancyOptimizer zero(named(*m), dist::world(), adamw());
   int64_t next = 0;
@@ -347,7 +341,7 @@ TEST(ZeroMpi, TheRangesTileTheModel) {
 }
 
 TEST(ZeroMpi, RanksWithDifferentModelsAreRefused) {
-  MT_REQUIRE_SEVERAL_RANKS();
+  MT_REQUIRE_SEVERAL_RANKS("mpi:zero_2, mpi:zero_3");
   mt::manual_seed(1);
   auto m = std::make_shared<mt::nn::Sequential>(mt::nn::Linear(6, dist::world().rank() == 0 ? 16 : 17));
   EXPECT_MT_ERROR(dist::ZeroRedundancyOptimizer(named(*m), dist::world(), adamw()),
@@ -447,7 +441,7 @@ TEST(ZeroDevice, RequiredDeviceCollectivesAreRefusedWhereThereAreNone) {
 // follow DDP's after every step (follow_ddp) and end with the CPU run's bits, in fp32 and in bf16 with
 // fp32 masters. Without the communicator's all-gather the other ranks' elements stay stale and it fails.
 TEST(ZeroDeviceMpi, GathersThroughTheDeviceCollectivesToTheCpuRunsBits) {
-  MT_REQUIRE_SEVERAL_RANKS();
+  MT_REQUIRE_SEVERAL_RANKS("mpi:zero_2, mpi:zero_3");
   dist::ProcessGroup& world = dist::world();
   HostStagedCollectives collectives(world);
   for (Mode mode : {Mode::kFp32, Mode::kBf16}) {
@@ -480,7 +474,7 @@ TEST(ZeroDeviceMpi, GathersThroughTheDeviceCollectivesToTheCpuRunsBits) {
 // communicator's own staging (one copy each way per all-gather: NCCL would make none), on the host
 // path a copy of every owned slice to the host and of every other rank's slice back.
 TEST(ZeroDeviceMpi, TheDevicePathCopiesNothingThroughTheHostItself) {
-  MT_REQUIRE_SEVERAL_RANKS();
+  MT_REQUIRE_SEVERAL_RANKS("mpi:zero_2, mpi:zero_3");
   dist::ProcessGroup& world = dist::world();
   HostStagedCollectives collectives(world);
   RegisteredForChecked registered(&collectives);
@@ -516,7 +510,7 @@ TEST(ZeroDeviceMpi, TheDevicePathCopiesNothingThroughTheHostItself) {
 }
 
 TEST(ZeroDeviceMpi, ForcingTheProcessGroupLeavesTheDeviceCollectivesUnused) {
-  MT_REQUIRE_SEVERAL_RANKS();
+  MT_REQUIRE_SEVERAL_RANKS("mpi:zero_2, mpi:zero_3");
   dist::ProcessGroup& world = dist::world();
   HostStagedCollectives collectives(world);
   Followed host;
@@ -531,7 +525,7 @@ TEST(ZeroDeviceMpi, ForcingTheProcessGroupLeavesTheDeviceCollectivesUnused) {
 }
 
 TEST(ZeroDeviceMpi, RanksThatWouldTakeDifferentPathsAreRefusedOnEveryRank) {
-  MT_REQUIRE_SEVERAL_RANKS();
+  MT_REQUIRE_SEVERAL_RANKS("mpi:zero_2, mpi:zero_3");
   dist::ProcessGroup& world = dist::world();
   HostStagedCollectives collectives(world);
   RegisteredForChecked registered(&collectives);
