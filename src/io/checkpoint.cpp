@@ -18,7 +18,9 @@ const std::string& Checkpoint::meta(const std::string& key) const {
 
 int64_t Checkpoint::meta_int(const std::string& key) const {
   const std::string& s = meta(key);
-  json v = json::parse(s, nullptr, /*allow_exceptions=*/false);
+  const json v = parse_untrusted_json(s, 1, [&](uint64_t, const std::string& what) {
+    MT_FAIL("checkpoint: metadata '", key, "' = ", detail::quote_untrusted(s), " is not an integer (", what, ")");
+  });
   MT_CHECK(v.is_number_integer(), "checkpoint: metadata '", key, "' = ", detail::quote_untrusted(s),
            " is not an integer");
   if (v.is_number_unsigned())
@@ -41,14 +43,22 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   save_safetensors(path, checkpoint.tensors, meta);
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
-  SafetensorsFile f = load_safetensors(path);
-  auto it = f.metadata.find(kCheckpointVersionKey);
-  MT_CHECK(it != f.metadata.end(), "load_checkpoint: '", path, "' is a safetensors file but not a mixtrain training ",
-           "checkpoint (no '", kCheckpointVersionKey, "' metadata); load weights-only files with load_safetensors");
-  MT_CHECK(it->second == std::to_string(kCheckpointVersion), "load_checkpoint: '", path,
-           "' has checkpoint format version '", it->second, "'; this mixtrain reads version ", kCheckpointVersion);
-  f.metadata.erase(it);
+Checkpoint load_checkpoint(const std::string& path) { return load_checkpoint(path, nullptr); }
+
+Checkpoint load_checkpoint(const std::string& path, const SafetensorsSelect& select) {
+  // The format is checked from the header, before the caller's selection and any allocation.
+  auto checked = [&](const SafetensorsHeader& h) {
+    auto it = h.metadata.find(kCheckpointVersionKey);
+    MT_CHECK(it != h.metadata.end(), "load_checkpoint: '", path, "' is a safetensors file but not a mixtrain ",
+             "training checkpoint (no '", kCheckpointVersionKey, "' metadata); load weights-only files with ",
+             "load_safetensors");
+    MT_CHECK(it->second == std::to_string(kCheckpointVersion), "load_checkpoint: '", path,
+             "' has checkpoint format version ", detail::quote_untrusted(it->second), "; this mixtrain reads version ",
+             kCheckpointVersion);
+    return select ? select(h) : std::vector<bool>(h.tensors.size(), true);
+  };
+  SafetensorsFile f = load_safetensors(path, checked);
+  f.metadata.erase(kCheckpointVersionKey);
   return Checkpoint{std::move(f.tensors), std::move(f.metadata)};
 }
 

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "mixtrain/error.h"
@@ -265,6 +268,77 @@ void AppendFile::write_line(std::string_view line) {
     }
     MT_FAIL(who_, ": cannot append to '", path_, "': ", std::strerror(err));
   }
+}
+
+namespace {
+
+// The locks this process holds, by canonical directory: re-acquiring shares the handle (a second
+// flock on another descriptor of the same file would conflict with our own).
+std::mutex& lock_registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::weak_ptr<DirectoryLock>>& lock_registry() {
+  static std::map<std::string, std::weak_ptr<DirectoryLock>> r;
+  return r;
+}
+
+// The process id a holder wrote into the lock file, or "" (unreadable, still being written).
+std::string holder_pid(int fd) {
+  char buf[24] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  std::string s;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) s += buf[i];
+  return s.size() <= 10 ? s : "";
+}
+
+}  // namespace
+
+std::shared_ptr<DirectoryLock> DirectoryLock::acquire(const std::string& dir, const std::string& who) {
+  MT_CHECK(!dir.empty(), who, ": the directory is empty (give a path)");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  MT_CHECK(!ec, who, ": cannot create the directory ", detail::quote_untrusted(dir, 256), ": ", ec.message());
+  const std::string canonical = fs::canonical(dir, ec).string();
+  MT_CHECK(!ec, who, ": ", detail::quote_untrusted(dir, 256), " is not a usable directory: ", ec.message());
+  // Keyed by process too: a child forked while the lock was held has a copy of the registry, but
+  // not the lock (it must be refused like any other process).
+  const std::string key = std::to_string(::getpid()) + ":" + canonical;
+  std::lock_guard<std::mutex> guard(lock_registry_mutex());
+  if (auto held = lock_registry()[key].lock()) return held;
+  const std::string file = (fs::path(canonical) / std::string(kDirectoryLockFile)).string();
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  MT_CHECK(fd >= 0, who, ": cannot open the lock file ", detail::quote_untrusted(file, 256), ": ",
+           std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    MT_FAIL(who, ": the lock file ", detail::quote_untrusted(file, 256), " is not a regular file");
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    const std::string pid = holder_pid(fd);
+    ::close(fd);
+    MT_CHECK(err != EWOULDBLOCK, who, ": the directory ", detail::quote_untrusted(dir, 256),
+             " is in use by another run", pid.empty() ? "" : " (process " + pid + ")",
+             ": a directory holds one run at a time; wait for it to finish or choose another directory");
+    MT_FAIL(who, ": cannot lock ", detail::quote_untrusted(file, 256), ": ", std::strerror(err));
+  }
+  // Ours now: record who holds it (best effort: the lock, not the text, is what excludes).
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    // A full disk: the lock still holds; only the holder's id is missing from a refusal.
+  }
+  std::shared_ptr<DirectoryLock> lock(new DirectoryLock(dir, key, fd));
+  lock_registry()[key] = lock;
+  return lock;
+}
+
+DirectoryLock::~DirectoryLock() {
+  std::lock_guard<std::mutex> guard(lock_registry_mutex());
+  auto it = lock_registry().find(key_);
+  if (it != lock_registry().end() && it->second.expired()) lock_registry().erase(it);
+  ::close(fd_);  // releases the flock
 }
 
 }  // namespace mixtrain::io

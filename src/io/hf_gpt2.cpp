@@ -1,8 +1,10 @@
 // GPT-2 in Hugging Face's layout (io/hf_gpt2.h): config.json and the weight names and layouts.
 #include "mixtrain/io/hf_gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "io/json_input.h"
@@ -135,7 +137,7 @@ nn::GPT2Config read_gpt2_config(const std::string& path, std::vector<std::string
   return parse_gpt2_config(read_file(path, kMaxConfigBytes, "GPT-2 config"), concat("'", path, "'"), notes);
 }
 
-std::string gpt2_config_json(const nn::GPT2Config& c) {
+std::string gpt2_config_json(const nn::GPT2Config& c, std::string_view source_json) {
   json j = json::object();
   j["activation_function"] = "gelu_new";
   j["architectures"] = json::array({"GPT2LMHeadModel"});
@@ -153,58 +155,81 @@ std::string gpt2_config_json(const nn::GPT2Config& c) {
   j["scale_attn_weights"] = true;
   j["tie_word_embeddings"] = true;
   j["vocab_size"] = c.vocab_size;
+  if (!source_json.empty()) {
+    json merged = parse_untrusted_json(source_json, 4, [](uint64_t pos, const std::string& what) {
+      MT_FAIL("gpt2_config_json: the source config.json is not valid (", what, " at byte ", pos, ")");
+    });
+    MT_CHECK(merged.is_object(), "gpt2_config_json: the source config.json is not an object");
+    static constexpr const char* kOwn[] = {"vocab_size",  "n_positions", "n_embd",      "n_layer",
+                                           "n_head",      "n_inner",     "layer_norm_epsilon", "embd_pdrop",
+                                           "resid_pdrop", "attn_pdrop",  "initializer_range"};
+    for (auto& [key, value] : j.items())
+      if (!merged.contains(key) || std::any_of(std::begin(kOwn), std::end(kOwn), [&](const char* k) { return key == k; }))
+        merged[key] = value;
+    j = std::move(merged);
+  }
   return j.dump(2) + "\n";
 }
 
 void load_hf_gpt2_weights(nn::GPT2& model, const std::string& path) {
-  const SafetensorsFile file = load_safetensors(path);
+  const nn::StateDict state = model.state_dict();
+  std::string prefix;
+  // Every name, dtype and shape is checked against the model from the header, before anything is
+  // allocated or read; the mask buffers of older files are not read at all.
+  auto select = [&](const SafetensorsHeader& h) {
+    bool prefixed = false, bare = false;
+    for (const SafetensorsEntry& e : h.tensors)
+      if (e.name != "lm_head.weight") (starts_with(e.name, kPrefix) ? prefixed : bare) = true;
+    MT_CHECK(!(prefixed && bare), "'", path, "': some names carry the \"transformer.\" prefix and some do not");
+    prefix = prefixed ? kPrefix : "";
+    std::map<std::string, const SafetensorsEntry*> by_name;
+    for (const SafetensorsEntry& e : h.tensors) by_name[e.name] = &e;
+    for (const auto& [name, target] : state) {
+      const std::string key = prefix + name;
+      const auto it = by_name.find(key);
+      MT_CHECK(it != by_name.end(), "'", path, "': no ", quote_untrusted(key), " (the model's ", name, ", ",
+               describe(target), ")");
+      const SafetensorsEntry& e = *it->second;
+      MT_CHECK(is_floating(e.dtype), "'", path, "': ", quote_untrusted(key), " is ", to_string(e.dtype),
+               ", expected floating point");
+      const Shape want = is_conv1d_weight(name) ? Shape{target.size(1), target.size(0)} : target.shape();
+      MT_CHECK(e.shape == want, "'", path, "': ", quote_untrusted(key), " has shape ", e.shape, ", the model expects ",
+               want, is_conv1d_weight(name) ? " (Conv1D layout [in, out])" : "");
+    }
+    std::vector<bool> read(h.tensors.size(), false);
+    for (size_t i = 0; i < h.tensors.size(); ++i) {
+      const std::string& name = h.tensors[i].name;
+      const std::string_view bare_name = std::string_view(name).substr(starts_with(name, prefix) ? prefix.size() : 0);
+      if (starts_with(name, prefix) && state.contains(std::string(bare_name))) {
+        read[i] = true;
+      } else if (name == "lm_head.weight") {
+        // Read to compare with the embedding: it must have the embedding's shape.
+        const SafetensorsEntry& wte = *by_name.at(prefix + "wte.weight");
+        MT_CHECK(h.tensors[i].shape == wte.shape, "'", path, "': lm_head.weight has shape ", h.tensors[i].shape,
+                 ", the token embedding ", wte.shape, ": an untied output head is not GPT-2's architecture");
+        read[i] = true;
+      } else {
+        MT_CHECK(is_mask_buffer(bare_name), "'", path, "': unexpected tensor ", quote_untrusted(name),
+                 " (not a GPT-2 parameter of this config)");
+      }
+    }
+    return read;
+  };
+  const SafetensorsFile file = load_safetensors(path, select);
   const auto& in = file.tensors;
-  bool prefixed = false, bare = false;
-  for (const auto& [name, t] : in) {
-    if (name == "lm_head.weight") continue;
-    (starts_with(name, kPrefix) ? prefixed : bare) = true;
-  }
-  MT_CHECK(!(prefixed && bare), "'", path, "': some names carry the \"transformer.\" prefix and some do not");
-  const std::string prefix = prefixed ? kPrefix : "";
-
-  // Every entry checked before anything is written into the model.
-  nn::StateDict state = model.state_dict();
-  std::vector<std::pair<Tensor, Tensor>> copies;  // (model tensor, value in its layout)
-  std::set<std::string> used;
-  for (const auto& [name, target] : state) {
-    const std::string key = prefix + name;
-    const auto it = in.find(key);
-    MT_CHECK(it != in.end(), "'", path, "': no ", quote_untrusted(key), " (the model's ", name, ", ",
-             describe(target), ")");
-    Tensor value = it->second;
-    MT_CHECK(is_floating(value.dtype()), "'", path, "': ", quote_untrusted(key), " is ",
-             to_string(value.dtype()), ", expected floating point");
-    if (is_conv1d_weight(name)) {
-      MT_CHECK(value.dim() == 2, "'", path, "': ", quote_untrusted(key), " must be a 2-d Conv1D weight [in, out], got ",
-               describe(value));
-      value = value.t();
-    }
-    MT_CHECK(value.shape() == target.shape(), "'", path, "': ", quote_untrusted(key), " has shape ",
-             describe(it->second), ", the model expects ",
-             is_conv1d_weight(name) ? concat(describe(target.t()), " (Conv1D layout [in, out])") : describe(target));
-    copies.emplace_back(target, value);
-    used.insert(key);
-  }
-  for (const auto& [name, t] : in) {
-    if (used.count(name) != 0) continue;
-    const std::string_view bare_name = std::string_view(name).substr(starts_with(name, prefix) ? prefix.size() : 0);
-    if (is_mask_buffer(bare_name)) continue;
-    if (name == "lm_head.weight") {
-      const Tensor& wte = in.at(prefix + "wte.weight");
-      MT_CHECK(t.shape() == wte.shape() && t.to(kFloat32).to_vector<float>() == wte.to(kFloat32).to_vector<float>(), "'", path,
-               "': lm_head.weight differs from the token embedding: an untied output head is not GPT-2's "
-               "architecture");
-      continue;
-    }
-    MT_FAIL("'", path, "': unexpected tensor ", quote_untrusted(name), " (not a GPT-2 parameter of this config)");
+  if (const auto head = in.find("lm_head.weight"); head != in.end()) {
+    const Tensor& wte = in.at(prefix + "wte.weight");
+    MT_CHECK(head->second.to(kFloat32).to_vector<float>() == wte.to(kFloat32).to_vector<float>(), "'", path,
+             "': lm_head.weight differs from the token embedding: an untied output head is not GPT-2's "
+             "architecture");
   }
   NoGradGuard no_grad;
-  for (auto& [target, value] : copies) target.copy_(value.to(target.dtype()).to(target.device()));
+  for (const auto& [name, target] : state) {
+    Tensor value = in.at(prefix + name);
+    if (is_conv1d_weight(name)) value = value.t();
+    Tensor dst = target;
+    dst.copy_(value.to(dst.dtype()).to(dst.device()));
+  }
 }
 
 std::shared_ptr<nn::GPT2> load_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
@@ -218,7 +243,8 @@ std::shared_ptr<nn::GPT2> load_hf_gpt2(const std::string& dir, std::vector<std::
   return model;
 }
 
-void save_hf_gpt2(const nn::GPT2& model, const std::string& dir, const Metadata& metadata) {
+void save_hf_gpt2(const nn::GPT2& model, const std::string& dir, const Metadata& metadata,
+                  std::string_view source_json) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   MT_CHECK(!ec, "save_hf_gpt2: cannot create '", dir, "': ", ec.message());
@@ -230,7 +256,8 @@ void save_hf_gpt2(const nn::GPT2& model, const std::string& dir, const Metadata&
   Metadata meta = metadata;
   meta["format"] = "pt";
   save_safetensors((fs::path(dir) / "model.safetensors").string(), out, meta);
-  write_file_atomic((fs::path(dir) / "config.json").string(), gpt2_config_json(model.config()), "save_hf_gpt2");
+  write_file_atomic((fs::path(dir) / "config.json").string(), gpt2_config_json(model.config(), source_json),
+                    "save_hf_gpt2");
 }
 
 bool is_hf_gpt2_dir(const std::string& dir) {

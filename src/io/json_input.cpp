@@ -10,6 +10,12 @@ namespace mixtrain::io {
 
 using json = nlohmann::json;
 
+namespace {
+// The parser's own message, which quotes input: long enough for "syntax error while parsing object -
+// unexpected ...; expected ..." and a short token.
+constexpr size_t kMaxQuotedParserMessage = 200;
+}  // namespace
+
 json parse_untrusted_json(std::string_view text, int max_depth, const JsonFail& fail) {
   std::vector<std::set<std::string>> keys;  // one set per open object
   auto guard = [&](int depth, json::parse_event_t event, json& value) {
@@ -31,11 +37,18 @@ json parse_untrusted_json(std::string_view text, int max_depth, const JsonFail& 
     return true;
   };
   // nlohmann's messages start with "[json.exception.parse_error.101] ": keep what follows.
+  // nlohmann's messages start with "[json.exception.parse_error.101] " and quote the offending token
+  // whole (a 100,000-digit number): keep what follows the tag, bounded and escaped.
   auto reason = [](const json::exception& e) {
     std::string msg = e.what();
     if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
-    return "invalid JSON: " + msg;
+    return "invalid JSON: " + detail::quote_untrusted(msg, kMaxQuotedParserMessage);
   };
+  // nlohmann's lexer takes a NUL byte for the end of the input, so "{...}\0garbage" would parse as
+  // "{...}". JSON has no raw NUL anywhere (in strings it must be escaped): refuse it outright, so that
+  // only whitespace may follow the top-level value.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    fail(nul, "invalid JSON: a NUL byte (only whitespace may follow the value, and strings escape NUL as \\u0000)");
   try {
     return json::parse(text.begin(), text.end(), guard);
   } catch (const json::parse_error& e) {

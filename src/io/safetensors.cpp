@@ -81,6 +81,11 @@ SafetensorsHeader parse_header(const char* who, const std::string& path, const R
     fail_at(who, path, 8 + pos, "JSON header: " + what);
   });
   if (!root.is_object()) fail_at(who, path, 8, "the JSON header is not an object");
+  // The format pads the header with spaces (0x20) only: any other byte after the closing brace
+  // (a newline, a tab) is not a safetensors header, whatever JSON allows.
+  if (const size_t end = text.find_last_not_of(' '); end == std::string::npos || text[end] != '}')
+    fail_at(who, path, 8 + (end == std::string::npos ? 0 : end),
+            "JSON header: only spaces may follow the closing brace (the format's padding)");
 
   for (auto& [key, value] : root.items()) {
     if (key == "__metadata__") {
@@ -237,22 +242,32 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   return parse_header("read_safetensors_header", path, file);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+SafetensorsFile load_safetensors(const std::string& path) { return load_safetensors(path, nullptr); }
+
+SafetensorsFile load_safetensors(const std::string& path, const SafetensorsSelect& select) {
   const char* who = "load_safetensors";
   ReadFile file(path, who);
   SafetensorsHeader h = parse_header(who, path, file);
+  std::vector<bool> wanted(h.tensors.size(), true);
+  if (select) {
+    wanted = select(h);
+    MT_INTERNAL_ASSERT(wanted.size() == h.tensors.size(), "select returned ", wanted.size(), " flags for ",
+                       h.tensors.size(), " entries");
+  }
   SafetensorsFile out;
   out.metadata = std::move(h.metadata);
-  for (SafetensorsEntry& e : h.tensors) {
+  for (size_t i = 0; i < h.tensors.size(); ++i) {
+    if (!wanted[i]) continue;
+    SafetensorsEntry& e = h.tensors[i];
     Tensor t = Tensor::empty(e.shape, e.dtype);
     file.read_at(t.raw_data(), e.end - e.begin, h.data_start + e.begin);
     if (e.dtype == kBool) {
       // Any byte but 0 or 1 in a C++ bool is undefined behaviour: reject it here.
       const unsigned char* p = static_cast<const unsigned char*>(t.raw_data());
-      for (uint64_t i = 0; i < e.end - e.begin; ++i)
-        if (p[i] > 1)
-          fail_at(who, path, h.data_start + e.begin + i,
-                  detail::concat("tensor ", detail::quote_untrusted(e.name), " (BOOL) holds byte ", int(p[i]),
+      for (uint64_t b = 0; b < e.end - e.begin; ++b)
+        if (p[b] > 1)
+          fail_at(who, path, h.data_start + e.begin + b,
+                  detail::concat("tensor ", detail::quote_untrusted(e.name), " (BOOL) holds byte ", int(p[b]),
                                  "; BOOL bytes must be 0 or 1"));
     }
     out.tensors.emplace(std::move(e.name), std::move(t));

@@ -229,9 +229,12 @@ StateDict Module::state_dict() const {
 }
 
 namespace {
+// The dict's keys may come from a file: each quoted and escaped, at most kListed of them named.
+constexpr size_t kListed = 4;
 std::string quoted_list(const std::vector<std::string>& keys) {
   std::string s;
-  for (const auto& k : keys) s += (s.empty() ? "\"" : ", \"") + k + "\"";
+  for (size_t i = 0; i < keys.size() && i < kListed; ++i) s += (i ? ", " : "") + detail::quote_untrusted(keys[i]);
+  if (keys.size() > kListed) s += detail::concat(" and ", keys.size() - kListed, " more");
   return s;
 }
 }  // namespace
@@ -248,18 +251,18 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
       continue;
     }
     if (!src->defined()) {
-      problems.push_back("\"" + name + "\": the dict holds an undefined tensor");
+      problems.push_back(detail::quote_untrusted(name) + ": the dict holds an undefined tensor");
       continue;
     }
     if (!(src->shape() == dst.shape())) {
-      problems.push_back("size mismatch for \"" + name + "\": copying a param with shape " + src->shape().str() +
+      problems.push_back("size mismatch for " + detail::quote_untrusted(name) + ": copying a param with shape " + src->shape().str() +
                          " from the checkpoint, the shape in the current model is " + dst.shape().str());
       continue;
     }
     const bool same_kind =
         src->is_floating_point() == dst.is_floating_point() && src->dtype() != kBool && dst.dtype() != kBool;
     if (src->dtype() != dst.dtype() && !same_kind) {
-      problems.push_back("dtype mismatch for \"" + name + "\": the checkpoint has " + describe(*src) +
+      problems.push_back("dtype mismatch for " + detail::quote_untrusted(name) + ": the checkpoint has " + describe(*src) +
                          ", the model has " + describe(dst) + " (only float <-> float and int <-> int convert)");
       continue;
     }
@@ -273,9 +276,11 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
     if (!result.unexpected_keys.empty()) problems.push_back("unexpected keys: " + quoted_list(result.unexpected_keys));
   }
   if (!problems.empty()) {
+    // One line whatever the dict holds: the first problems, then how many more.
     std::string msg;
-    for (const auto& p : problems) msg += "\n  " + p;
-    MT_FAIL("load_state_dict: error(s) loading the state dict into ", type_name_, ":", msg, "\n(nothing was loaded)");
+    for (size_t i = 0; i < problems.size() && i < kListed; ++i) msg += (i ? "; " : " ") + problems[i];
+    if (problems.size() > kListed) msg += detail::concat("; and ", problems.size() - kListed, " more problems");
+    MT_FAIL("load_state_dict: error(s) loading the state dict into ", type_name_, ":", msg, " (nothing was loaded)");
   }
   NoGradGuard no_grad;  // writing into parameters is not part of any graph
   for (auto& [dst, src] : copies) {

@@ -107,6 +107,17 @@ void Adam::step_group(size_t g, float inv_scale) {
                             .rounding_seed = o.rounding_seed});
 }
 
+std::vector<std::string> Adam::stepped_state_keys(size_t i) const {
+  const AdamOptions& o = options_.at(group_of(i));
+  std::vector<std::string> keys = {"exp_avg", "exp_avg_sq"};
+  if (o.amsgrad) keys.emplace_back("max_exp_avg_sq");
+  const ParamState& s = state(i);
+  if (o.bf16_update == Bf16Update::kKahan && parameter(i).dtype() == kBFloat16 && !s.master.defined() &&
+      !s.master_low.defined())
+    keys.emplace_back("kahan_comp");
+  return keys;
+}
+
 std::map<std::string, double> Adam::group_hyperparameters(size_t g) const {
   const AdamOptions& o = options_.at(g);
   return {{"lr", o.lr},

@@ -1,6 +1,7 @@
 // The optimizer base: groups, flat per-parameter state, master weights, state dicts.
 #include "mixtrain/optim/optimizer.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -130,11 +131,26 @@ std::vector<Tensor> Optimizer::parameters() const {
   return out;
 }
 
-std::string Optimizer::param_name(size_t flat_index) const {
+size_t Optimizer::group_of(size_t flat_index) const {
   MT_CHECK(flat_index < state_.size(), name(), ": parameter index ", flat_index, " out of range (", state_.size(),
            " parameters)");
   size_t g = groups_.size() - 1;
   while (group_offset_[g] > flat_index) --g;
+  return g;
+}
+
+const Tensor& Optimizer::parameter(size_t flat_index) const {
+  const size_t g = group_of(flat_index);
+  return groups_[g].params[flat_index - group_offset_[g]];
+}
+
+std::vector<std::string> Optimizer::stepped_state_keys(size_t flat_index) const {
+  group_of(flat_index);  // range check
+  return {};
+}
+
+std::string Optimizer::param_name(size_t flat_index) const {
+  const size_t g = group_of(flat_index);
   const size_t j = flat_index - group_offset_[g];
   if (!groups_[g].names[j].empty()) return groups_[g].names[j];
   return "param_groups[" + std::to_string(g) + "].params[" + std::to_string(j) + "]";
@@ -145,9 +161,7 @@ void Optimizer::set_lr(double lr) {
 }
 
 Tensor Optimizer::grad_for_step(size_t flat_index) const {
-  size_t g = groups_.size() - 1;
-  while (group_offset_[g] > flat_index) --g;
-  const Tensor& p = groups_[g].params[flat_index - group_offset_[g]];
+  const Tensor& p = parameter(flat_index);
   Tensor grad = p.grad();
   if (!grad.defined()) return grad;
   MT_CHECK(grad.dtype() == p.dtype() && grad.shape() == p.shape(), name(), ": the gradient of ", param_name(flat_index),
@@ -235,7 +249,7 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
     const bool has_master = state_[i].master.defined() || state_[i].master_low.defined();
     MT_CHECK(src.master.defined() == has_master, name(), ".load_state_dict: ", param_name(i), " (", describe(params[i]),
              ") ", has_master ? "has" : "has no", " fp32 master weight here but the state dict ",
-             src.master.defined() ? "has one" : "has none", "; master-weight mode must match");
+             src.master.defined() ? "has one" : "has none (state 'master' is missing)", "; master-weight mode must match");
     MT_CHECK(!src.master_low.defined(), name(), ".load_state_dict: state 'master_low' of ", param_name(i),
              " is not a state-dict entry (state dicts hold the full fp32 'master')");
     MT_CHECK(!src.kahan_comp.defined() || (params[i].dtype() == kBFloat16 && !has_master), name(),
@@ -257,6 +271,8 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
   size_t done = 0;
   try {
     for (; done < groups_.size(); ++done) set_group_hyperparameters(done, sd.param_groups[done]);
+    // Complete, under the hyperparameters just loaded (amsgrad, momentum decide which moments exist).
+    for (size_t i = 0; i < state_.size(); ++i) check_complete(sd.state[i], i);
   } catch (...) {
     for (size_t g = 0; g < done; ++g) set_group_hyperparameters(g, old[g]);
     throw;
@@ -275,6 +291,26 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < state_.size(); ++i)
     if (state_[i].master.defined()) params[i].copy_(state_[i].master);
+}
+
+void Optimizer::check_complete(const ParamState& src, size_t i) const {
+  const std::vector<std::string> want = stepped_state_keys(i);
+  const std::vector<std::pair<std::string, Tensor>> have = src.named_tensors();
+  std::string missing, extra;
+  for (const std::string& key : want)
+    if (src.step > 0 && std::none_of(have.begin(), have.end(), [&](const auto& kv) { return kv.first == key; }))
+      missing += (missing.empty() ? "'" : ", '") + key + "'";
+  for (const auto& [key, t] : have) {
+    if (key == "master") continue;
+    if (src.step == 0 || std::find(want.begin(), want.end(), key) == want.end())
+      extra += (extra.empty() ? "'" : ", '") + key + "'";
+  }
+  MT_CHECK(missing.empty(), name(), ".load_state_dict: ", param_name(i), " has taken ", src.step,
+           src.step == 1 ? " step" : " steps", " but its state has no ", missing,
+           ": the state dict is incomplete (a fresh moment would silently change the trajectory)");
+  MT_CHECK(extra.empty(), name(), ".load_state_dict: ", param_name(i), " has taken ", src.step,
+           src.step == 1 ? " step" : " steps", " and holds state ", extra, " that ", name(), " with these ",
+           "hyperparameters does not keep", src.step == 0 ? " before its first step" : "");
 }
 
 StateBytes Optimizer::state_bytes() const {

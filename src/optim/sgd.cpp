@@ -63,6 +63,11 @@ void SGD::step_group(size_t g, float inv_scale) {
                            .inv_scale = inv_scale});
 }
 
+std::vector<std::string> SGD::stepped_state_keys(size_t i) const {
+  if (options_.at(group_of(i)).momentum == 0.0) return {};
+  return {"momentum_buffer"};
+}
+
 std::map<std::string, double> SGD::group_hyperparameters(size_t g) const {
   const SGDOptions& o = options_.at(g);
   return {{"lr", o.lr},

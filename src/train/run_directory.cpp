@@ -110,7 +110,7 @@ void prepare_out_dir(const std::string& out_dir, bool overwrite, const std::stri
   std::vector<std::string> names;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (!io::is_temp_file_name(name)) names.push_back(name);
+    if (!io::is_temp_file_name(name) && name != io::kDirectoryLockFile) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   if (own) {
@@ -133,6 +133,23 @@ void prepare_out_dir(const std::string& out_dir, bool overwrite, const std::stri
     for (const std::string& name : names)
       if (is_run_file(name)) fs::remove(dir / name);
   }
+}
+
+void remove_stale_shards(const std::string& checkpoint_path, int world) {
+  const fs::path path(checkpoint_path);
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  const std::string name = path.filename().string();
+  const std::string keep_suffix = mixtrain::detail::concat("-of-", world, kSafetensors);
+  std::vector<fs::path> doomed;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string file = e.path().filename().string();
+    if (shard_owner(file) != name) continue;
+    const bool ours = world > 0 && file.size() > keep_suffix.size() &&
+                      file.compare(file.size() - keep_suffix.size(), keep_suffix.size(), keep_suffix) == 0;
+    if (!ours) doomed.push_back(e.path());
+  }
+  for (const fs::path& p : doomed) fs::remove(p, ec);
 }
 
 void remove_old_checkpoints(const std::string& dir, int64_t keep) {

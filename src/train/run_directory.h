@@ -34,6 +34,11 @@ io::AppendFile truncate_metrics(const std::string& path, int64_t step);
 //    removes the run files and leaves other files alone.
 void prepare_out_dir(const std::string& out_dir, bool overwrite, const std::string& resumed_from, int64_t resumed_step);
 
+// Removes the ZeRO-1 shards of `checkpoint_path` that a write by another number of processes left
+// (all of them when `world` is 0: the checkpoint is no longer sharded). Called once the checkpoint
+// file is written, so that a re-sharded run leaves no shards that belong to no checkpoint.
+void remove_stale_shards(const std::string& checkpoint_path, int world);
+
 // Removes all but the newest `keep` checkpoint-<step> files of `dir`, with their ZeRO-1 shards.
 void remove_old_checkpoints(const std::string& dir, int64_t keep);
 

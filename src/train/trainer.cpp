@@ -261,6 +261,9 @@ void Trainer::finish_epoch(RunState& run, bool evaluate_now) {
 }
 
 TrainSummary Trainer::fit() {
+  // The output directory is this run's for the Trainer's life: a second run into it is refused
+  // before either reads or writes anything there.
+  if (writes_files() && !out_dir_lock_) out_dir_lock_ = io::DirectoryLock::acquire(options_.out_dir, "Trainer");
   if (!options_.resume_from.empty() && resumed_from_ != options_.resume_from) load_checkpoint(options_.resume_from);
   if (fresh_ && step_ == 0) default_generator().manual_seed(options_.seed);
 

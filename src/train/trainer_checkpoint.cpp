@@ -56,6 +56,17 @@ amp::Fp8Scaling& fp8_role(amp::Fp8LinearState& s, size_t role) {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// The parameter index of "optim.<index>.<key>" (at most 9 digits, a non-empty key), or -1.
+int64_t optim_index(const std::string& name) {
+  if (!starts_with(name, kOptimPrefix)) return -1;
+  const std::string rest = name.substr(std::string(kOptimPrefix).size());
+  const size_t dot = rest.find('.');
+  if (dot == std::string::npos || dot == 0 || dot > 9 || dot + 1 == rest.size() ||
+      !std::all_of(rest.begin(), rest.begin() + static_cast<ptrdiff_t>(dot), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stoll(rest.substr(0, dot));
+}
+
 std::string hex64(uint64_t v) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string s(16, '0');
@@ -219,9 +230,9 @@ void Trainer::save_checkpoint(const std::string& path) const {
       const amp::Fp8Scaling& s = fp8_role(*linear->fp8_state(), r);
       const std::string key = kFp8Prefix + name + "." + kFp8Roles[r];
       ck.tensors[key + ".scale"] = from_vector(std::vector<float>{s.scale()}, {1}, {.device = Device{}});
+      // Written even when empty (no amax recorded yet), so that a missing history is an error.
       const std::vector<float>& h = s.amax_history();
-      if (!h.empty())
-        ck.tensors[key + ".amax_history"] = from_vector(h, {static_cast<int64_t>(h.size())}, {.device = Device{}});
+      ck.tensors[key + ".amax_history"] = from_vector(h, {static_cast<int64_t>(h.size())}, {.device = Device{}});
     }
   }
 
@@ -267,6 +278,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   io::save_checkpoint(path, ck);
+  detail::remove_stale_shards(path, zero_ != nullptr ? zero_->group().size() : 0);
 }
 
 std::vector<dist::ZeroStatePiece> Trainer::load_zero_shards(const std::string& path, int64_t step, int64_t world,
@@ -282,7 +294,17 @@ std::vector<dist::ZeroStatePiece> Trainer::load_zero_shards(const std::string& p
     const std::string shard = detail::zero_shard_path(path, static_cast<int>(q), static_cast<int>(world));
     MT_CHECK(fs::exists(shard), "resume: '", path, "' was written by ", world, " ranks under ZeRO-1, but the shard of ",
              "rank ", q, " ('", shard, "') is missing: the checkpoint is incomplete (resume from an earlier one)");
-    const io::Checkpoint sc = io::load_checkpoint(shard);
+    const io::Checkpoint sc = io::load_checkpoint(shard, [&](const io::SafetensorsHeader& h) {
+      // 1-D slices of this model's parameters, checked before anything is allocated.
+      for (const io::SafetensorsEntry& e : h.tensors) {
+        const int64_t i = optim_index(e.name);
+        MT_CHECK(i >= 0 && static_cast<size_t>(i) < num_params && e.shape.size() == 1 &&
+                     e.shape[0] <= optimizer_->parameters()[static_cast<size_t>(i)].numel(),
+                 "resume: '", shard, "': unexpected tensor ", mixtrain::detail::quote_untrusted(e.name), " ",
+                 e.shape, " (expected optim.<parameter>.<state>, 1-D slices of the ", num_params, " parameters)");
+      }
+      return std::vector<bool>(h.tensors.size(), true);
+    });
     const json meta = parse_meta(sc, shard, "zero_shard", 3);
     MT_CHECK(meta.is_object(), "resume: '", shard, "': metadata 'zero_shard' is not an object");
     const int64_t saved_token = get_int(meta, "token", 0, std::numeric_limits<int64_t>::max(), shard, "shard");
@@ -309,23 +331,49 @@ std::vector<dist::ZeroStatePiece> Trainer::load_zero_shards(const std::string& p
       pieces.push_back(std::move(p));
     }
     for (const auto& [name, t] : sc.tensors) {
-      const std::string rest = starts_with(name, kOptimPrefix) ? name.substr(std::string(kOptimPrefix).size()) : "";
-      const size_t dot = rest.find('.');
-      const std::string digits = dot == std::string::npos ? "" : rest.substr(0, dot);
-      const bool numeric = !digits.empty() && digits.size() <= 9 &&
-                           std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-      const auto it = numeric ? index_of.find(std::stoll(digits)) : index_of.end();
+      const int64_t index = optim_index(name);
+      const auto it = index >= 0 ? index_of.find(index) : index_of.end();
+      const std::string rest = name.substr(std::string(kOptimPrefix).size());
+      const std::string key = rest.substr(rest.find('.') + 1);
       optim::ParamState probe;
-      MT_CHECK(it != index_of.end() && probe.state_dict_entry(rest.substr(dot + 1)) != nullptr, "resume: '", shard,
+      MT_CHECK(it != index_of.end() && probe.state_dict_entry(key) != nullptr, "resume: '", shard,
                "': unexpected tensor ", mixtrain::detail::quote_untrusted(name));
-      pieces[it->second].tensors.emplace_back(rest.substr(dot + 1), t);
+      pieces[it->second].tensors.emplace_back(key, t);
     }
   }
   return pieces;
 }
 
+io::SafetensorsSelect Trainer::checkpoint_selection(const std::string& path) const {
+  return [this, path](const io::SafetensorsHeader& h) {
+    const nn::StateDict own = model_->state_dict();
+    const std::vector<Tensor> params = optimizer_->parameters();
+    for (const io::SafetensorsEntry& e : h.tensors) {
+      const std::string quoted = mixtrain::detail::quote_untrusted(e.name);
+      if (starts_with(e.name, kModelPrefix)) {
+        const Tensor* t = own.find(e.name.substr(std::string(kModelPrefix).size()));
+        MT_CHECK(t == nullptr || t->shape() == e.shape, "resume: '", path, "': model tensor ", quoted, " has shape ",
+                 e.shape, ", this model's is ", t->shape());  // unknown names: listed by load_state_dict
+      } else if (starts_with(e.name, kOptimPrefix)) {
+        const int64_t i = optim_index(e.name);
+        MT_CHECK(i >= 0 && static_cast<size_t>(i) < params.size(), "resume: '", path, "': unexpected optimizer tensor ",
+                 quoted, " (this optimizer has ", params.size(), " parameters)");
+        MT_CHECK(e.shape == params[static_cast<size_t>(i)].shape(), "resume: '", path, "': optimizer tensor ", quoted,
+                 " has shape ", e.shape, ", its parameter ", params[static_cast<size_t>(i)].shape());
+      } else {
+        MT_CHECK(starts_with(e.name, kFp8Prefix), "resume: '", path, "': unexpected tensor ", quoted);
+        MT_CHECK(e.shape.size() == 1 && e.shape[0] <= 65536, "resume: '", path, "': FP8 tensor ", quoted,
+                 " must be float32 [0..65536], got ", e.shape);
+      }
+    }
+    return std::vector<bool>(h.tensors.size(), true);
+  };
+}
+
 void Trainer::load_checkpoint(const std::string& path) {
-  io::Checkpoint ck = io::load_checkpoint(path);  // mt::Error naming the file for corrupt input
+  // mt::Error naming the file for corrupt input, and for tensors that cannot be this run's, before
+  // anything is allocated.
+  io::Checkpoint ck = io::load_checkpoint(path, checkpoint_selection(path));
   try {
     // 1. Everything that can be checked without changing state.
     const json trainer = parse_meta(ck, path, "trainer", 1);
@@ -372,11 +420,16 @@ void Trainer::load_checkpoint(const std::string& path) {
     const double loss_sum = get_number(trainer, "epoch_loss_sum", path, "trainer statistic");
     const double last_loss = get_number(trainer, "last_epoch_loss", path, "trainer statistic");
 
+    // Every parameter and persistent buffer, named by its tensor (load_state_dict checks the rest).
+    for (const auto& [name, t] : model_->state_dict())
+      MT_CHECK(ck.tensors.contains(kModelPrefix + name), "resume: '", path, "': tensor '", kModelPrefix, name,
+               "' is missing (the model's ", name, ", ", describe(t), ")");
     nn::StateDict model_state;
     // FP8 scaling states by module path: a scale and an amax history per role.
     struct Fp8Saved {
       std::array<float, 3> scale = {0.0f, 0.0f, 0.0f};
       std::array<std::vector<float>, 3> history;
+      std::array<std::array<bool, 2>, 3> present = {};  // per role: scale, amax_history
     };
     std::map<std::string, Fp8Saved> fp8_saved;
     std::map<std::string, nn::Linear*> linears;
@@ -388,14 +441,11 @@ void Trainer::load_checkpoint(const std::string& path) {
       if (starts_with(name, kModelPrefix)) {
         model_state.insert(name.substr(std::string(kModelPrefix).size()), t);
       } else if (starts_with(name, kOptimPrefix)) {
+        const int64_t index = optim_index(name);
         const std::string rest = name.substr(std::string(kOptimPrefix).size());
-        const size_t dot = rest.find('.');
-        size_t index = 0;
-        bool ok = dot != std::string::npos && dot > 0 && dot <= 9 &&
-                  std::all_of(rest.begin(), rest.begin() + static_cast<ptrdiff_t>(dot),
-                              [](char c) { return c >= '0' && c <= '9'; });
-        if (ok) index = std::stoul(rest.substr(0, dot));
-        Tensor* field = ok && index < osd.state.size() ? osd.state[index].state_dict_entry(rest.substr(dot + 1)) : nullptr;
+        Tensor* field = index >= 0 && static_cast<size_t>(index) < osd.state.size()
+                            ? osd.state[static_cast<size_t>(index)].state_dict_entry(rest.substr(rest.find('.') + 1))
+                            : nullptr;
         MT_CHECK(field != nullptr, "resume: '", path, "': unexpected optimizer tensor ",
                  mixtrain::detail::quote_untrusted(name), " (this optimizer has ", osd.state.size(), " parameters)");
         *field = t;
@@ -414,18 +464,32 @@ void Trainer::load_checkpoint(const std::string& path) {
                  "resume: '", path, "': unexpected FP8 tensor ", mixtrain::detail::quote_untrusted(name),
                  " (expected fp8.<Linear layer>.{input,weight,grad_output}.{scale,amax_history})");
         MT_CHECK(t.dtype() == kFloat32 && t.dim() == 1 &&
-                     (field == "scale" ? t.numel() == 1 : t.numel() >= 1 && t.numel() <= 65536),
+                     (field == "scale" ? t.numel() == 1 : t.numel() >= 0 && t.numel() <= 65536),
                  "resume: '", path, "': FP8 tensor ", mixtrain::detail::quote_untrusted(name), " must be float32 [",
-                 field == "scale" ? "1" : "1..65536", "], got ", describe(t));
+                 field == "scale" ? "1" : "0..65536", "], got ", describe(t));
         const size_t r = static_cast<size_t>(role_it - kFp8Roles.begin());
         const std::vector<float> values = t.to(kCPU).to_vector<float>();
+        Fp8Saved& saved = fp8_saved[module];
         if (field == "scale")
-          fp8_saved[module].scale[r] = values[0];
+          saved.scale[r] = values[0];
         else
-          fp8_saved[module].history[r] = values;
+          saved.history[r] = values;
+        saved.present[r][field == "scale" ? 0 : 1] = true;
       } else {
         MT_FAIL("resume: '", path, "': unexpected tensor ", mixtrain::detail::quote_untrusted(name));
       }
+    }
+    // FP8 state is exact or refused like the rest: after a step under FP8 every FP8 layer has all
+    // three roles' scale and amax history (written even when empty), and a layer with any has all.
+    const bool fp8_stepped = options_.precision.precision == Precision::kFp8 && step > 0;
+    for (const auto& [module, linear] : linears) {
+      const auto it = fp8_saved.find(module);
+      if (it == fp8_saved.end() && !(fp8_stepped && linear->fp8())) continue;
+      for (size_t r = 0; r < kFp8Roles.size(); ++r)
+        for (size_t f = 0; f < 2; ++f)
+          MT_CHECK(it != fp8_saved.end() && it->second.present[r][f], "resume: '", path, "': tensor '", kFp8Prefix,
+                   module, ".", kFp8Roles[r], f == 0 ? ".scale" : ".amax_history", "' is missing: the FP8 state of ",
+                   "layer '", module, "' is incomplete (a fresh scale would silently change the trajectory)");
     }
     const json optim = parse_meta(ck, path, "optim", 3);
     MT_CHECK(optim.is_object() && optim.contains("type") && optim.at("type") == json(optimizer_->name()), "resume: '",
@@ -433,9 +497,11 @@ void Trainer::load_checkpoint(const std::string& path) {
     // ZeRO-1 checkpoints keep the optimizer state in shards beside the file, any number of them.
     const bool sharded = optim.contains("zero");
     std::vector<dist::ZeroStatePiece> pieces;
+    int64_t sharded_world = 0;
     if (sharded) {
       const json& z = optim.at("zero");
       const int64_t world = get_int(z, "world_size", 1, 1 << 20, path, "ZeRO-1 layout");
+      sharded_world = world;
       MT_CHECK(zero_ != nullptr, "resume: '", path, "' holds optimizer state sharded over ", world,
                " ranks (ZeRO-1): resume it with zero_stage 1 (--zero 1), on any number of ranks");
       const int64_t total = get_int(z, "total_elements", 1, std::numeric_limits<int64_t>::max(), path, "ZeRO-1 layout");
@@ -456,6 +522,17 @@ void Trainer::load_checkpoint(const std::string& path) {
         MT_CHECK(s.is_number_integer() && s.get<int64_t>() >= 0 && s.get<int64_t>() <= step, "resume: '", path,
                  "': optimizer step of parameter ", i, " is ", io::describe_json(s), ", outside [0, ", step, "]");
         osd.state[i].step = s.get<int64_t>();
+        // Named here by its tensor; Optimizer::load_state_dict refuses it as well (and extra state).
+        std::vector<std::string> required = osd.state[i].step > 0 ? optimizer_->stepped_state_keys(i)
+                                                                   : std::vector<std::string>();
+        const optim::ParamState& now = optimizer_->state(i);
+        if (now.master.defined() || now.master_low.defined()) required.emplace_back("master");
+        for (const std::string& key : required) {
+          const std::string tensor = kOptimPrefix + std::to_string(i) + "." + key;
+          MT_CHECK(ck.tensors.contains(tensor), "resume: '", path, "': tensor '", tensor, "' is missing: ",
+                   optimizer_->param_name(i), " has taken ", osd.state[i].step, " steps and ", optimizer_->name(),
+                   " keeps '", key, "' for it (a fresh one would silently change the trajectory)");
+        }
       }
     }
     MT_CHECK(optim.contains("param_groups") && optim.at("param_groups").is_array() &&
@@ -499,17 +576,27 @@ void Trainer::load_checkpoint(const std::string& path) {
       }
       fp8_states[module] = std::move(state);
     }
-    model_->load_state_dict(model_state, /*strict=*/true);
+    // The loads below name what is wrong but not the file: say which file it came from.
+    auto from_file = [&](const std::string& file, const auto& load) {
+      try {
+        load();
+      } catch (const Error& e) {
+        MT_FAIL("resume: '", file, "': ", e.what());
+      }
+    };
+    from_file(path, [&] { model_->load_state_dict(model_state, /*strict=*/true); });
     for (auto& [module, linear] : linears) linear->set_fp8_state(fp8_states.count(module) ? fp8_states[module] : nullptr);
     if (sharded) {
-      zero_->load_state_pieces(pieces);  // validates them all before it changes anything
+      // validates them all before it changes anything
+      from_file(detail::zero_shard_path(path, zero_->group().rank(), static_cast<int>(sharded_world)) + " and the "
+                "other shards", [&] { zero_->load_state_pieces(pieces); });
       optimizer_->set_hyperparameters(0, osd.param_groups[0]);
       const auto it = osd.param_groups[0].find("initial_lr");
       if (it != osd.param_groups[0].end()) optimizer_->set_initial_lr(0, it->second);
     } else {
-      optimizer_->load_state_dict(osd);  // under ZeRO-1 (collective): each rank keeps its slices
+      from_file(path, [&] { optimizer_->load_state_dict(osd); });
     }
-    scaler_.load_state_dict(scaler_state);
+    from_file(path, [&] { scaler_.load_state_dict(scaler_state); });
     io::set_rng_state(ck.meta("rng"));
     for (auto& [name, m] : model_->named_modules())
       if (auto* d = dynamic_cast<nn::Dropout*>(m)) io::set_rng_state(gens[name].dump(), d->generator());

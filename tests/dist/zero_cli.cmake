@@ -123,6 +123,12 @@ expect_files(resharded/checkpoint.zero-0-of-3.safetensors resharded/checkpoint.z
 run("the resume on 2 ranks" ${mpi} -np 2 ${MIXTRAIN} ${common} --steps 6 --zero 1
     --resume ${WORK_DIR}/resharded/checkpoint.safetensors --out ${WORK_DIR}/resharded)
 run("the re-sharded comparison" ${COMPARE} ${WORK_DIR}/resharded/model.safetensors ${WORK_DIR}/zero/model.safetensors 0)
+# The checkpoint rewritten by 2 ranks has 2 shards: the 3 of the earlier write are gone.
+file(GLOB stale "${WORK_DIR}/resharded/checkpoint.zero-*-of-3.safetensors")
+if(stale)
+  message(FATAL_ERROR "shards of the 3-rank write stayed behind after the 2-rank rewrite: ${stale}")
+endif()
+expect_files(resharded/checkpoint.zero-0-of-2.safetensors resharded/checkpoint.zero-1-of-2.safetensors)
 execute_process(COMMAND ${MIXTRAIN} ${common} --steps 6 --zero 0 --resume ${WORK_DIR}/zero/checkpoint-4.safetensors
                         --out ${WORK_DIR}/plain
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)

@@ -79,6 +79,10 @@ int main(int argc, char** argv) {
   // A number past double's range (nlohmann reports it as out_of_range, not as a parse error).
   const std::string overflow = R"({"a":{"dtype":"U8","shape":[1e999],"data_offsets":[0,1]}})";
   write(root / "safetensors" / "number-overflow.safetensors", le64(overflow.size()) + overflow + "x");
+  // A NUL byte and garbage after the header's object (the JSON parser must not stop at the NUL).
+  const std::string nul_tail = std::string(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})") +
+                               std::string("\0garbage}{", 10);
+  write(root / "safetensors" / "nul-tail.safetensors", le64(nul_tail.size()) + nul_tail + std::string(4, '\0'));
 
   // checkpoint: the fuzz_checkpoint run after 2 and 5 steps (periodic and final checkpoints).
   {
@@ -100,6 +104,10 @@ int main(int argc, char** argv) {
                   fs::copy_options::overwrite_existing);
     fs::copy_file(dir / "checkpoint.safetensors", root / "checkpoint" / "final.safetensors",
                   fs::copy_options::overwrite_existing);
+    // The final checkpoint without one moment: a valid file whose state is incomplete.
+    mt::io::SafetensorsFile f = mt::io::load_safetensors((dir / "checkpoint.safetensors").string());
+    f.tensors.erase("optim.0.exp_avg_sq");
+    mt::io::save_safetensors((root / "checkpoint" / "missing-moment.safetensors").string(), f.tensors, f.metadata);
     fs::remove_all(dir);
   }
 

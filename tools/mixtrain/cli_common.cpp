@@ -4,6 +4,7 @@
 #include <mixtrain/cpu.h>
 #include <mixtrain/data/token_file.h>
 #include <mixtrain/dist/process_group.h>
+#include <mixtrain/io/file.h>
 #include <mixtrain/io/hf_gpt2.h>
 #include <mixtrain/parallel.h>
 #include <mixtrain/random.h>
@@ -40,6 +41,17 @@ CLI::Validator throwing_validator(std::function<void(const std::string&)> check,
 }
 
 }  // namespace
+
+CLI::Validator non_empty() {
+  return CLI::Validator([](std::string& value) { return value.empty() ? std::string("must not be empty") : ""; }, "");
+}
+
+bool holds_files(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename().string() != io::kDirectoryLockFile) return true;
+  return false;
+}
 
 DataSpec parse_data_spec(const std::string& text) {
   const size_t colon = text.find(':');
@@ -251,7 +263,7 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
         ->check(throwing_validator(
             [](const std::string& s) {
               if (s != "auto" && !std::filesystem::exists(s))
-                throw UsageError("--resume: '" + s + "' does not exist");
+                throw UsageError(mixtrain::detail::quote_untrusted(s, 256) + " does not exist");  // CLI11 names the flag
             },
             "FILE|auto"));
     app.add_option("--resume-override", a.resume_overrides,

@@ -134,6 +134,12 @@ train::TrainerOptions trainer_options(const RunArgs& args, train::Precision prec
 // "1.23 MiB"
 std::string human_bytes(double bytes);
 
+// A CLI11 check that refuses an empty value (--out '' would otherwise mean the default directory).
+CLI::Validator non_empty();
+
+// Whether `dir` holds anything but the lock file of io::DirectoryLock.
+bool holds_files(const std::string& dir);
+
 // The learning-rate decay as the run logs and reports name it: "cosine decay to 0.1x" or "constant".
 std::string describe_lr_decay(const RunArgs& a);
 

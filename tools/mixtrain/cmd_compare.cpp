@@ -38,7 +38,7 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
                   "with fp32 masters in the optimizer)")
       ->check(CLI::IsMember({"fp32", "same"}))
       ->capture_default_str();
-  cmd->add_option("--out", args.run.out, "Output directory (default runs/compare)");
+  cmd->add_option("--out", args.run.out, "Output directory (default runs/compare)")->check(non_empty());
   return cmd;
 }
 
@@ -249,11 +249,13 @@ int run_compare(const CompareArgs& in) {
   // The directory holds one comparison: refuse another's files unless --overwrite (each precision's
   // Trainer checks its own subdirectory the same way).
   std::error_code ec;
-  if (fs::is_directory(a.out, ec) && !fs::is_empty(a.out, ec) && !a.overwrite)
-    throw UsageError("the output directory '" + a.out +
-                     "' is not empty: it holds another comparison. Choose another --out, or pass --overwrite");
   if (fs::exists(a.out, ec) && !fs::is_directory(a.out, ec))
     throw UsageError("--out '" + a.out + "' exists and is not a directory");
+  // Ours for the whole comparison, before anything there is read or written.
+  const auto lock = io::DirectoryLock::acquire(a.out, "--out");
+  if (holds_files(a.out) && !a.overwrite)
+    throw UsageError("the output directory '" + a.out +
+                     "' is not empty: it holds another comparison. Choose another --out, or pass --overwrite");
   parse_device(a.device);  // an unusable --device is refused before the data is loaded
   const int threads = apply_threads(a.threads);
   const cli::ModelInfo info = run_model_info(a);

@@ -63,17 +63,48 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& g) {
 namespace {
 
 // A model.safetensors in the model's own names, or a training checkpoint, which holds the model's
-// tensors under "model." beside the optimizer's.
+// tensors under "model." beside the optimizer's (not read). Names and shapes are checked against the
+// model from the header, before anything is allocated; every error is one line naming the file.
 void load_weights(nn::Module& model, const std::string& path, bool checkpoint) {
-  const io::SafetensorsFile file = io::load_safetensors(path);
+  const std::string prefix = checkpoint ? "model." : "";
+  const nn::StateDict own = model.state_dict();
+  auto select = [&](const io::SafetensorsHeader& h) {
+    MT_CHECK(!h.metadata.contains("zero_shard"), "--weights: '", path, "' is a shard of a ZeRO-1 checkpoint's ",
+             "optimizer state, not weights: give the checkpoint file it belongs to, or the run's model.safetensors");
+    std::vector<bool> read(h.tensors.size(), false);
+    std::vector<std::string> unexpected;
+    for (size_t i = 0; i < h.tensors.size(); ++i) {
+      const io::SafetensorsEntry& e = h.tensors[i];
+      if (e.name.rfind(prefix, 0) != 0) continue;  // a checkpoint's optimizer and FP8 state
+      const std::string name = e.name.substr(prefix.size());
+      const Tensor* target = own.find(name);
+      if (target == nullptr) {
+        unexpected.push_back(name);
+        continue;
+      }
+      MT_CHECK(e.shape == target->shape(), "--weights: '", path, "' is not a ", model.type_name(), " of this ",
+               "configuration: ", mixtrain::detail::quote_untrusted(e.name), " has shape ", e.shape, ", the model's ",
+               target->shape());
+      read[i] = true;
+    }
+    if (!unexpected.empty()) {
+      std::string list;
+      for (size_t i = 0; i < unexpected.size() && i < 4; ++i)
+        list += (i ? ", " : "") + mixtrain::detail::quote_untrusted(unexpected[i]);
+      MT_FAIL("--weights: '", path, "' is not a ", model.type_name(), " of this configuration: it holds ",
+              unexpected.size(), " tensors the model does not have (", list, unexpected.size() > 4 ? ", ..." : "",
+              ")");
+    }
+    return read;
+  };
+  const io::SafetensorsFile file = io::load_safetensors(path, select);
   nn::StateDict dict;
-  for (const auto& [name, t] : file.tensors) {
-    if (!checkpoint)
-      dict.insert(name, t);
-    else if (name.rfind("model.", 0) == 0)
-      dict.insert(name.substr(6), t);
+  for (const auto& [name, t] : file.tensors) dict.insert(name.substr(prefix.size()), t);
+  try {
+    model.load_state_dict(dict);
+  } catch (const Error& e) {
+    MT_FAIL("--weights: '", path, "': ", e.what());
   }
-  model.load_state_dict(dict);
 }
 
 // The model of `g` with its weights, on the CPU in fp32.

@@ -61,7 +61,7 @@ CLI::App* add_train_command(CLI::App& app, RunArgs& args) {
                   "in the optimizer; must equal --precision)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  cmd->add_option("--out", args.out, "Output directory (default runs/train)");
+  cmd->add_option("--out", args.out, "Output directory (default runs/train)")->check(non_empty());
   return cmd;
 }
 
@@ -74,10 +74,15 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
   train::TrainerOptions o = trainer_options(args, precision, param_dtype);
   if (dist::launched_by_mpi()) o.process_group = &dist::world();
   o.out_dir = out_dir;
-  if (args.model == "gpt2")  // weights as transformers reads them, config.json beside
-    o.save_model = [](const nn::Module& m, const std::string& dir, const std::map<std::string, std::string>& meta) {
-      io::save_hf_gpt2(dynamic_cast<const nn::GPT2&>(m), dir, meta);
+  if (args.model == "gpt2") {  // weights as transformers reads them, config.json beside
+    // Every key of --init-from's config.json is kept in the run's (token ids, task parameters, ...).
+    const std::string source = args.init_from.empty() ? std::string()
+                                                      : io::read_file((std::filesystem::path(args.init_from) /
+                                                                       "config.json").string(), 1 << 20, "--init-from");
+    o.save_model = [source](const nn::Module& m, const std::string& dir, const std::map<std::string, std::string>& meta) {
+      io::save_hf_gpt2(dynamic_cast<const nn::GPT2&>(m), dir, meta, source);
     };
+  }
   Progress progress(label, args.batch_size, Progress::stdout_is_terminal());
   progress.attach(o);
   if (curves != nullptr) {
@@ -126,6 +131,9 @@ int run_train(const RunArgs& in) {
   check_combination(a, spec, precision);
   parse_device(a.device);  // an unusable --device is refused before the data is loaded
   const DType param_dtype = train::parse_param_dtype(a.master_weights);
+  // The directory is this run's from here to exit, before anything in it is read (rank 0 writes it).
+  std::shared_ptr<io::DirectoryLock> lock;
+  if (!dist::launched_by_mpi() || dist::world().rank() == 0) lock = io::DirectoryLock::acquire(a.out, "--out");
   if (a.resume == "auto") {
     // The newest checkpoint of this output directory, or a fresh start that replaces the files of the
     // interrupted attempt (the directory is this run's: that is what auto says).

@@ -19,6 +19,7 @@
 #include <map>
 #include <string>
 
+#include "mixtrain/io/safetensors.h"
 #include "mixtrain/random.h"
 #include "mixtrain/tensor.h"
 
@@ -42,6 +43,9 @@ struct Checkpoint {
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 Checkpoint load_checkpoint(const std::string& path);
+// The same, reading only the tensors `select` picks from the header (load_safetensors' select: it
+// refuses a file whose names or shapes are not the loader's before anything is allocated).
+Checkpoint load_checkpoint(const std::string& path, const SafetensorsSelect& select);
 
 // The state of a generator (the default one unless given) as JSON {"seed":S,"offset":O}, and back.
 // set_rng_state validates the JSON and throws mt::Error on anything else.

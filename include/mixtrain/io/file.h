@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -94,5 +95,32 @@ class AppendFile {
   std::string path_, who_;
   int fd_ = -1;
 };
+
+// Exclusive use of a directory by one process for as long as a handle lives: an advisory lock
+// (flock) on DIR/.mixtrain.lock, which holds the owner's process id. Two runs started together into
+// one output directory cannot both write it: the second is refused, naming the directory and the
+// holder. The kernel releases the lock when the process dies, however it dies, so a crashed run
+// never leaves the directory locked (the file stays; it is not a lock by existing).
+//
+// Within one process the lock is shared: acquiring a directory this process already holds returns
+// the same lock (a CLI that locks before it looks for a checkpoint, then the Trainer that writes).
+class DirectoryLock {
+ public:
+  // Creates `dir` if needed and locks it, or throws mt::Error: "<who>: the directory 'DIR' is in use
+  // by another run (process 1234)". Never blocks.
+  static std::shared_ptr<DirectoryLock> acquire(const std::string& dir, const std::string& who);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  const std::string& directory() const { return dir_; }
+
+ private:
+  DirectoryLock(std::string dir, std::string key, int fd) : dir_(std::move(dir)), key_(std::move(key)), fd_(fd) {}
+  std::string dir_, key_;
+  int fd_ = -1;
+};
+
+// The lock file's name: not a run's file (an output directory holding only it counts as empty).
+inline constexpr std::string_view kDirectoryLockFile = ".mixtrain.lock";
 
 }  // namespace mixtrain::io

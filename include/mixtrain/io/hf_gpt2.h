@@ -39,8 +39,11 @@ nn::GPT2Config parse_gpt2_config(std::string_view json_text, const std::string& 
 // The same from a file (at most 1 MiB).
 nn::GPT2Config read_gpt2_config(const std::string& path, std::vector<std::string>* notes = nullptr);
 // config.json for `config` (model_type gpt2, GPT2LMHeadModel, gelu_new, tied embeddings, and each
-// size), as from_pretrained reads it.
-std::string gpt2_config_json(const nn::GPT2Config& config);
+// size), as from_pretrained reads it. With `source_json` (the config.json the model came from, as
+// parse_gpt2_config accepted it), every key of the source is kept: the sizes, epsilon, dropouts and
+// initializer range take `config`'s values, keys the source lacks are added, all others stay as they
+// were (bos_token_id, task_specific_params, activation_function, ...).
+std::string gpt2_config_json(const nn::GPT2Config& config, std::string_view source_json = {});
 
 // Copies the weights of a Hugging Face safetensors file into `model` (see "Names" above). The model
 // keeps its dtype and device. Nothing is written into the model unless every entry checks out.
@@ -52,7 +55,9 @@ std::shared_ptr<nn::GPT2> load_hf_gpt2(const std::string& dir, std::vector<std::
 // Writes DIR/config.json and DIR/model.safetensors (metadata "format": "pt", as transformers requires,
 // plus `metadata`); the parameters in their dtype, copied to the host. Each file is written
 // atomically; DIR is created when missing.
-void save_hf_gpt2(const nn::GPT2& model, const std::string& dir, const Metadata& metadata = {});
+// `source_json`: the config.json the model was initialised from, whose keys are kept (gpt2_config_json).
+void save_hf_gpt2(const nn::GPT2& model, const std::string& dir, const Metadata& metadata = {},
+                  std::string_view source_json = {});
 
 // Whether DIR looks like a Hugging Face GPT-2 directory (holds config.json and model.safetensors).
 bool is_hf_gpt2_dir(const std::string& dir);

@@ -25,6 +25,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -78,6 +79,15 @@ void save_safetensors(const std::string& path, const Map& tensors, const Metadat
 
 // Reads every tensor (new contiguous CPU tensors) and the metadata.
 SafetensorsFile load_safetensors(const std::string& path);
+
+// Decides from the header alone (names, dtypes, shapes: nothing allocated or read yet) which entries
+// to read: one flag per entry of header.tensors, or an mt::Error that refuses the file. A loader
+// that knows what it expects checks it here, so that a file declaring a 40 GiB tensor the model does
+// not have is refused at once instead of after allocating it.
+using SafetensorsSelect = std::function<std::vector<bool>(const SafetensorsHeader& header)>;
+
+// Reads the tensors `select` picks (the others are absent from the result) and the metadata.
+SafetensorsFile load_safetensors(const std::string& path, const SafetensorsSelect& select);
 
 // Reads and validates only the header (no tensor data is read): names, dtypes, shapes, offsets.
 SafetensorsHeader read_safetensors_header(const std::string& path);

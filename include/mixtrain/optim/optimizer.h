@@ -197,7 +197,16 @@ class Optimizer {
   // exp_avg_dtype at its next step). The masters are the values being optimised, so each 16-bit
   // parameter is set to its loaded master, rounded to nearest (truncated for a packed master:
   // in both cases what the next step would write anyway).
+  // Exact or refused: a parameter that has taken a step (step > 0) must bring every tensor of
+  // stepped_state_keys(), and one that has not, none of them; a missing moment is an error naming
+  // the parameter and the key, never a silent fresh start.
   virtual void load_state_dict(const OptimizerStateDict& state_dict);
+
+  // The state tensors (besides the master, which the master-weight mode fixes) that the parameter
+  // with flat index i holds once it has taken a step, under the group's current hyperparameters:
+  // Adam's "exp_avg" and "exp_avg_sq" (+ "max_exp_avg_sq" with amsgrad, + "kahan_comp" for a bf16
+  // parameter without a master under Kahan updates), SGD's "momentum_buffer" with momentum.
+  virtual std::vector<std::string> stepped_state_keys(size_t flat_index) const;
 
   // The state this process holds (a sharded optimizer counts its shard only).
   virtual StateBytes state_bytes() const;
@@ -228,6 +237,9 @@ class Optimizer {
                        bool packed_master = false);
   // Flat index of the first parameter of group g.
   size_t group_offset(size_t g) const { return group_offset_.at(g); }
+  // The group of the parameter with flat index i, and that parameter.
+  size_t group_of(size_t flat_index) const;
+  const Tensor& parameter(size_t flat_index) const;
   // set_rounding_stream()'s values for the parameter with flat index i.
   std::pair<uint32_t, int64_t> rounding_stream(size_t flat_index) const { return rounding_streams_.at(flat_index); }
   ParamState& mutable_state(size_t flat_index) { return state_.at(flat_index); }
@@ -245,6 +257,8 @@ class Optimizer {
 
  private:
   void step_all(float inv_scale);
+  // mt::Error unless `src` holds exactly the state tensors stepped_state_keys(i) names (none at step 0).
+  void check_complete(const ParamState& src, size_t i) const;
 
   std::vector<ParamGroup> groups_;
   std::vector<size_t> group_offset_;

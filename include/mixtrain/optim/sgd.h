@@ -41,6 +41,7 @@ class SGD : public Optimizer {
   double lr(size_t group = 0) const override { return options_.at(group).lr; }
   using Optimizer::set_lr;
   void set_lr(size_t group, double lr) override { options_.at(group).lr = lr; }
+  std::vector<std::string> stepped_state_keys(size_t flat_index) const override;
 
  protected:
   void step_group(size_t g, float inv_scale) override;

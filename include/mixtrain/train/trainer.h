@@ -41,6 +41,8 @@
 // listed below are removed first; other files are left alone). Temporary files that a killed
 // process left behind (io::remove_stale_temp_files) are removed when fit() starts, and on resume the
 // periodic checkpoints past the resumed step (written by the abandoned continuation) as well.
+// fit() locks out_dir (io::DirectoryLock, rank 0) for the Trainer's life before it reads or writes
+// anything there: a second run into the same directory is refused, naming it and the holder.
 //
 // Resume is exact or refused. A checkpoint records every setting that shapes the trajectory: the
 // model, precision and parameter modes, the optimizer and its hyper-parameters, the base lr and its
@@ -50,7 +52,11 @@
 // named in options.resume_overrides (not allowed for those that fix the state's layout or the data
 // position: model, precision, scaler, master_weights, compact_state, weight_update, optimizer, batch_size, shuffle,
 // drop_last, train_size); the overridden settings then take this run's values. Every value loaded
-// (position, counters, optimizer, scaler and generator state) is range-checked.
+// (position, counters, optimizer, scaler and generator state) is range-checked, and the state is
+// complete: every parameter, every moment, master and compensation the optimizer keeps for a
+// parameter that has taken a step (Optimizer::stepped_state_keys), every FP8 scale and amax history,
+// in plain and ZeRO-1 checkpoints alike; a missing tensor is refused by name. Names and shapes are
+// checked from the file's header before any tensor is allocated.
 //
 // Files in out_dir (nothing is written when it is empty):
 //   metrics.jsonl            one JSON object per logged step: step, epoch, loss, lr, scale, skipped
@@ -79,6 +85,8 @@
 #include "mixtrain/error.h"
 #include "mixtrain/dist/ddp.h"
 #include "mixtrain/dist/zero.h"
+#include "mixtrain/io/file.h"
+#include "mixtrain/io/safetensors.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/nn/nonfinite_origin.h"
 #include "mixtrain/nn/numerics_monitor.h"
@@ -386,6 +394,7 @@ class Trainer {
   int64_t last_eval_step_ = -1;
   std::string applied_overrides_;
   bool out_dir_ready_ = false;                   // out_dir was checked and readied for this Trainer
+  std::shared_ptr<io::DirectoryLock> out_dir_lock_;  // held from fit() on (rank 0, with out_dir)
   mutable std::optional<uint64_t> fingerprint_;  // of the training data, computed once
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // with a process group of several ranks
   dist::ZeroRedundancyOptimizer* zero_ = nullptr;       // optimizer_, when it shards its state
@@ -403,6 +412,9 @@ class Trainer {
   // beside `path` (collective; returns the checkpoint's token), and reads back the shards of a
   // checkpoint written by `world` ranks that overlap its range.
   int64_t save_zero_shard(const std::string& path) const;
+  // What load_checkpoint reads of `path`: names and shapes checked against this model and optimizer
+  // from the header, before anything is allocated.
+  io::SafetensorsSelect checkpoint_selection(const std::string& path) const;
   std::vector<dist::ZeroStatePiece> load_zero_shards(const std::string& path, int64_t step, int64_t world,
                                                      int64_t token) const;
   void adopt_optimizer();  // sets zero_ and checks it against the options
