@@ -163,9 +163,11 @@ std::string gpt2_config_json(const nn::GPT2Config& c, std::string_view source_js
     static constexpr const char* kOwn[] = {"vocab_size",  "n_positions", "n_embd",      "n_layer",
                                            "n_head",      "n_inner",     "layer_norm_epsilon", "embd_pdrop",
                                            "resid_pdrop", "attn_pdrop",  "initializer_range"};
-    for (auto& [key, value] : j.items())
+    for (const auto& item : j.items()) {
+      const std::string& key = item.key();  // a plain name: clang 14 cannot capture structured bindings
       if (!merged.contains(key) || std::any_of(std::begin(kOwn), std::end(kOwn), [&](const char* k) { return key == k; }))
-        merged[key] = value;
+        merged[key] = item.value();
+    }
     j = std::move(merged);
   }
   return j.dump(2) + "\n";

@@ -42,7 +42,8 @@ json parse_untrusted_json(std::string_view text, int max_depth, const JsonFail& 
   auto reason = [](const json::exception& e) {
     std::string msg = e.what();
     if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
-    return "invalid JSON: " + detail::quote_untrusted(msg, kMaxQuotedParserMessage);
+    const bool cut = msg.size() > kMaxQuotedParserMessage;
+    return "invalid JSON: " + detail::escape_untrusted(msg.substr(0, kMaxQuotedParserMessage)) + (cut ? "..." : "");
   };
   // nlohmann's lexer takes a NUL byte for the end of the input, so "{...}\0garbage" would parse as
   // "{...}". JSON has no raw NUL anywhere (in strings it must be escaped): refuse it outright, so that

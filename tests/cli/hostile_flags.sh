@@ -4,8 +4,9 @@
 # CMake lists cannot carry (the empty string) are why this is a script.
 #   hostile_flags.sh MIXTRAIN WORKDIR FIXTURES CORPUS
 set -uo pipefail
-mixtrain=$1 work=$2 fixtures=$3 corpus=$4
+mixtrain=$(realpath "$1") work=$(realpath -m "$2") fixtures=$(realpath "$3") corpus=$(realpath "$4")
 rm -rf "$work" && mkdir -p "$work"
+cd "$work" || exit 1  # so that a run into the default directory (runs/train) would show here
 failures=0
 # refuse REGEX ARGS...: non-zero exit, one line on stderr matching REGEX, at most 600 bytes. (A flag
 # with a range may be refused by its range check before the number check: either names the flag.)

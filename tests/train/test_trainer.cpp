@@ -396,7 +396,8 @@ TEST(Trainer, CheckpointEveryWritesLoadableFilesAtomically) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(out)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"checkpoint-2.safetensors", "checkpoint-4.safetensors",
+  // .mixtrain.lock: the run's lock on its directory (io::DirectoryLock), kept after it ends.
+  EXPECT_EQ(names, (std::vector<std::string>{".mixtrain.lock", "checkpoint-2.safetensors", "checkpoint-4.safetensors",
                                              "checkpoint-6.safetensors", "checkpoint.safetensors", "metrics.jsonl",
                                              "model.safetensors", "summary.json"}));  // no temporary files left
   for (int step : {2, 4, 6}) {
