@@ -2,6 +2,9 @@
 # settings.cpp (mixtrain/cuda.h: availability questions, the TF32 switch) is built either way.
 set(BACKEND_ENABLED ${MIXTRAIN_WITH_CUDA})
 list(APPEND BACKEND_ALWAYS_BUILT settings.cpp)
+# host/: the CUDA-on-host engine (host/block_runner.h), plain C++ built as mixtrain_cuda_host, never
+# part of the library's CUDA build.
+list(APPEND BACKEND_EXCLUDE "/host/")
 if(NOT BACKEND_ENABLED)
   return()
 endif()
