@@ -45,9 +45,9 @@ constexpr size_t kStackBytes = 128 * 1024;
 // Thrown at a waiting thread's resumption when its block is abandoned: unwinds its stack.
 struct Cancelled {};
 
-std::string where(const std::source_location& s) { return concat(s.file_name(), ":", s.line()); }
-bool same_site(const std::source_location& a, const std::source_location& b) {
-  return a.line() == b.line() && a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
+std::string where(const Site& s) { return concat(s.file, ":", s.line); }
+bool same_site(const Site& a, const Site& b) {
+  return a.line == b.line && std::strcmp(a.file, b.file) == 0;
 }
 
 // A fiber's stack with a guard page below it (an overflow faults instead of corrupting a neighbour).
@@ -93,7 +93,7 @@ struct Thread {
   State state = State::kReady;
   bool started = false;
   Dim3 index;
-  std::source_location site;  // where it waits
+  Site site;  // where it waits
   WarpOp op;
   void* asan_fake_stack = nullptr;
 };
@@ -472,7 +472,7 @@ const Dim3& grid_dim() { return active("gridDim").config->grid; }
 void* dynamic_shared() { return active("extern __shared__").shared_heap.get(); }
 int lane_id() { return active("the lane id").current % Limits::kWarpSize; }
 
-void syncthreads(std::source_location site) {
+void syncthreads(Site site) {
   Launch& l = active("__syncthreads");
   Thread& th = l.threads[static_cast<size_t>(l.current)];
   th.state = State::kAtBarrier;
@@ -481,7 +481,7 @@ void syncthreads(std::source_location site) {
 }
 
 void shuffle_bytes(unsigned mask, void* value, size_t bytes, ShuffleKind kind, int arg, int width,
-                   std::source_location site) {
+                   Site site) {
   Launch& l = active("__shfl_*_sync");
   MT_CHECK(width >= 1 && width <= Limits::kWarpSize && (width & (width - 1)) == 0, block_name(l), ": shuffle at ",
            where(site), ": width ", width, " is not a power of two in [1, 32]");
@@ -501,7 +501,7 @@ void shuffle_bytes(unsigned mask, void* value, size_t bytes, ShuffleKind kind, i
   std::memcpy(value, again.threads[static_cast<size_t>(again.current)].op.value, bytes);
 }
 
-unsigned ballot(unsigned mask, bool predicate, std::source_location site) {
+unsigned ballot(unsigned mask, bool predicate, Site site) {
   Launch& l = active("__ballot_sync");
   Thread& th = l.threads[static_cast<size_t>(l.current)];
   th.state = State::kAtWarpOp;
@@ -515,7 +515,7 @@ unsigned ballot(unsigned mask, bool predicate, std::source_location site) {
   return again.threads[static_cast<size_t>(again.current)].op.ballot_result;
 }
 
-void check_vector_access(const void* p, size_t bytes, std::source_location site) {
+void check_vector_access(const void* p, size_t bytes, Site site) {
   MT_CHECK(reinterpret_cast<uintptr_t>(p) % bytes == 0, "CUDA on the host: a ", bytes, "-byte vector access at ",
            where(site), " to address 0x", std::hex, reinterpret_cast<uintptr_t>(p), std::dec,
            " is not aligned to ", bytes, " bytes (a GPU faults on it)");

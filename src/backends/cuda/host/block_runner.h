@@ -27,11 +27,22 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <source_location>
 #include <string>
 #include <type_traits>
 
 namespace mixtrain::cuda_host {
+
+// Where a barrier or warp op is called from. std::source_location would do, but clang 14 (the fuzz
+// build's compiler) lacks the built-in that libstdc++ 12's needs; these built-ins exist in both.
+// Two calls on one line count as one site (GCC has no column built-in).
+struct Site {
+  const char* file = "";
+  unsigned line = 0;
+  // A default argument: the caller's position.
+  static constexpr Site here(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
+    return Site{file, line};
+  }
+};
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -93,18 +104,18 @@ void* dynamic_shared();
 int lane_id();
 
 // __syncthreads(): waits until every thread of the block is at a barrier; all must be at this one.
-void syncthreads(std::source_location site = std::source_location::current());
+void syncthreads(Site site = Site::here());
 
 // Warp ops. `mask` must name exactly the lanes that reach this op at this site (checked).
 enum class ShuffleKind { kIndex, kUp, kDown, kXor };
 // The raw form: `bytes` (<= 16) of `value` exchanged; `arg` is the source lane, delta or lane mask.
 void shuffle_bytes(unsigned mask, void* value, size_t bytes, ShuffleKind kind, int arg, int width,
-                   std::source_location site);
-unsigned ballot(unsigned mask, bool predicate, std::source_location site = std::source_location::current());
+                   Site site);
+unsigned ballot(unsigned mask, bool predicate, Site site = Site::here());
 
 template <typename T>
 T shuffle(unsigned mask, T value, ShuffleKind kind, int arg, int width = Limits::kWarpSize,
-          std::source_location site = std::source_location::current()) {
+          Site site = Site::here()) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 16, "shuffles move up to 16 trivially copyable bytes");
   shuffle_bytes(mask, &value, sizeof(T), kind, arg, width, site);
   return value;
@@ -112,6 +123,6 @@ T shuffle(unsigned mask, T value, ShuffleKind kind, int arg, int width = Limits:
 
 // An 8- or 16-byte vector access at `p` (a float4, uint4, double2, ...): mt::Error unless aligned
 // to its size, as the GPU requires.
-void check_vector_access(const void* p, size_t bytes, std::source_location site = std::source_location::current());
+void check_vector_access(const void* p, size_t bytes, Site site = Site::here());
 
 }  // namespace mixtrain::cuda_host

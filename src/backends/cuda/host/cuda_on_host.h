@@ -14,7 +14,6 @@
 // memory is MT_DYNAMIC_SHARED(type, name), which nvcc spells `extern __shared__ type name[]`.
 #pragma once
 
-#include <source_location>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -34,39 +33,39 @@
 #define warpSize 32
 #define MT_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::mixtrain::cuda_host::dynamic_shared())
 
-inline void __syncthreads(std::source_location site = std::source_location::current()) {
+inline void __syncthreads(::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
   ::mixtrain::cuda_host::syncthreads(site);
 }
 
 template <typename T>
 T __shfl_sync(unsigned mask, T value, int src_lane, int width = 32,
-              std::source_location site = std::source_location::current()) {
+              ::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
   return ::mixtrain::cuda_host::shuffle(mask, value, ::mixtrain::cuda_host::ShuffleKind::kIndex, src_lane, width, site);
 }
 template <typename T>
 T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32,
-                 std::source_location site = std::source_location::current()) {
+                 ::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
   return ::mixtrain::cuda_host::shuffle(mask, value, ::mixtrain::cuda_host::ShuffleKind::kUp, static_cast<int>(delta),
                                         width, site);
 }
 template <typename T>
 T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = 32,
-                   std::source_location site = std::source_location::current()) {
+                   ::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
   return ::mixtrain::cuda_host::shuffle(mask, value, ::mixtrain::cuda_host::ShuffleKind::kDown, static_cast<int>(delta),
                                         width, site);
 }
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32,
-                  std::source_location site = std::source_location::current()) {
+                  ::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
   return ::mixtrain::cuda_host::shuffle(mask, value, ::mixtrain::cuda_host::ShuffleKind::kXor, lane_mask, width, site);
 }
-inline unsigned __ballot_sync(unsigned mask, int predicate, std::source_location site = std::source_location::current()) {
+inline unsigned __ballot_sync(unsigned mask, int predicate, ::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
   return ::mixtrain::cuda_host::ballot(mask, predicate != 0, site);
 }
-inline int __any_sync(unsigned mask, int predicate, std::source_location site = std::source_location::current()) {
+inline int __any_sync(unsigned mask, int predicate, ::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
   return ::mixtrain::cuda_host::ballot(mask, predicate != 0, site) != 0;
 }
-inline int __all_sync(unsigned mask, int predicate, std::source_location site = std::source_location::current()) {
+inline int __all_sync(unsigned mask, int predicate, ::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
   return ::mixtrain::cuda_host::ballot(mask, predicate != 0, site) == mask;
 }
 
