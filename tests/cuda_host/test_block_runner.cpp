@@ -266,3 +266,19 @@ TEST(CudaHost, SchedulesAreParsedStrictly) {
                                   {"MIXTRAIN_CUDA_HOST_SCHEDULE", "in-order, reverse, random"});
   mixtrain::testing::expect_error([] { ch::parse_schedule("random:-1"); }, {"decimal"});
 }
+
+template <typename T, int N>
+__global__ void fill_scaled(T* out, int scale) {
+  if (static_cast<int>(threadIdx.x) < N) out[blockIdx.x * blockDim.x + threadIdx.x] = static_cast<T>(scale * N);
+}
+
+TEST(CudaHost, TheBackendsLaunchSpellingLaunches) {
+  // As the .cu files write it: a template kernel (a comma in its name), arguments converted to the
+  // parameters' types (int64_t -> int), a stream argument.
+  std::vector<double> out(8, 0.0);
+  const int64_t scale = 3;
+  fill_scaled<double, 4> MT_LAUNCH(2, 4, 0, nullptr)(out.data(), scale);
+  for (double v : out) EXPECT_EQ(v, 12.0);
+  mixtrain::testing::expect_error([&] { fill_scaled<double, 4> MT_LAUNCH(1, 2048)(out.data(), scale); },
+                                  {"launched at", "test_block_runner.cpp", "2048 threads"});
+}

@@ -2,9 +2,12 @@
 # settings.cpp (mixtrain/cuda.h: availability questions, the TF32 switch) is built either way.
 set(BACKEND_ENABLED ${MIXTRAIN_WITH_CUDA})
 list(APPEND BACKEND_ALWAYS_BUILT settings.cpp)
-# host/: the CUDA-on-host engine (host/block_runner.h), plain C++ built as mixtrain_cuda_host, never
-# part of the library's CUDA build.
-list(APPEND BACKEND_EXCLUDE "/host/")
+# host/: the CUDA-on-host layer (host/block_runner.h, the runtime and cuBLASLt on the host). With
+# MIXTRAIN_CUDA=HOST it is part of the library and the .cu files are C++ compiled against it;
+# otherwise only its engine is built, as mixtrain_cuda_host, for its tests.
+if(NOT MIXTRAIN_CUDA_ON_HOST)
+  list(APPEND BACKEND_EXCLUDE "/host/")
+endif()
 if(NOT BACKEND_ENABLED)
   return()
 endif()
@@ -16,6 +19,15 @@ if(NOT MIXTRAIN_WITH_NCCL)  # files named *_nccl.cpp need NCCL too (cmake/Nccl.c
 endif()
 # CUDA stays out of the public headers: consumers see only Device{kCUDA}.
 target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_CUDA=1)
+if(MIXTRAIN_CUDA_ON_HOST)
+  # The same sources, compiled as C++ against host/include's cuda_runtime.h, cuda_fp16.h, cuda_bf16.h,
+  # mma.h and cublasLt.h. No contraction into FMAs anywhere (optim.cu's --fmad=false, and the CPU's).
+  file(GLOB_RECURSE _mt_cu CONFIGURE_DEPENDS ${BACKEND_DIR}/*.cu)
+  set_source_files_properties(${_mt_cu} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-ffp-contract=off;-Wno-unknown-pragmas")
+  target_include_directories(mixtrain BEFORE PRIVATE ${BACKEND_DIR}/host/include)
+  target_compile_definitions(mixtrain PRIVATE MIXTRAIN_CUDA_ON_HOST=1)
+  return()
+endif()
 if(MIXTRAIN_WITH_CUDNN)
   # Before the toolkit: cuDNN's include dir must win over a toolkit dir holding another cuDNN.
   target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_CUDNN=1)

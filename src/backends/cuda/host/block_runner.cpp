@@ -3,14 +3,15 @@
 #include "backends/cuda/host/block_runner.h"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -47,7 +48,7 @@ struct Cancelled {};
 
 std::string where(const Site& s) { return concat(s.file, ":", s.line); }
 bool same_site(const Site& a, const Site& b) {
-  return a.line == b.line && std::strcmp(a.file, b.file) == 0;
+  return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
 }
 
 // A fiber's stack with a guard page below it (an overflow faults instead of corrupting a neighbour).
@@ -73,6 +74,41 @@ class Stack {
   size_t total_ = 0;
 };
 
+// ---- fiber switching. swapcontext saves and restores the signal mask with two system calls per
+// switch, which made a kernel with a shuffle per element minutes slow; this switch saves only the
+// callee-saved registers (x86-64 System V). The floating-point control words are not switched:
+// every fiber runs with the launching thread's (no kernel changes the rounding mode).
+#if !defined(__x86_64__)
+#error "CUDA on the host switches fibers with x86-64 code (mt_host_fiber_switch); port it for this CPU"
+#endif
+extern "C" void mt_host_fiber_switch(void** save_sp, void* load_sp);
+asm(R"(
+    .text
+    .globl mt_host_fiber_switch
+    .type mt_host_fiber_switch, @function
+mt_host_fiber_switch:
+    .cfi_startproc
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .cfi_endproc
+    .size mt_host_fiber_switch, .-mt_host_fiber_switch
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+
 enum class State { kReady, kAtBarrier, kAtWarpOp, kDone };
 
 struct WarpOp {
@@ -88,7 +124,7 @@ struct WarpOp {
 };
 
 struct Thread {
-  ucontext_t context{};
+  void* sp = nullptr;  // saved stack pointer while switched out
   Stack* stack = nullptr;
   State state = State::kReady;
   bool started = false;
@@ -104,8 +140,13 @@ struct Launch {
   const std::function<void()>* body = nullptr;
   Dim3 block;
   std::vector<Thread> threads;
-  std::unique_ptr<unsigned char[]> shared_heap;  // dynamic shared memory
-  ucontext_t scheduler{};
+  // Dynamic shared memory: exactly the bytes asked for (AddressSanitizer reports the first byte past
+  // them), 128-byte aligned as the backend declares it (MT_DYNAMIC_SHARED).
+  struct AlignedDelete {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{128}); }
+  };
+  std::unique_ptr<unsigned char[], AlignedDelete> shared_heap;
+  void* scheduler_sp = nullptr;
   int current = -1;
   bool cancelling = false;
   std::optional<std::string> error;
@@ -142,7 +183,7 @@ void switch_to_thread(Launch& l, int t) {
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, th.stack->bottom(), th.stack->size());
 #endif
-  ::swapcontext(&l.scheduler, &th.context);
+  mt_host_fiber_switch(&l.scheduler_sp, th.sp);
 #ifdef MT_HOST_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -164,13 +205,13 @@ void yield_to_scheduler(Launch& l) {
 #ifdef MT_HOST_ASAN
   __sanitizer_start_switch_fiber(&th.asan_fake_stack, l.scheduler_stack_bottom, l.scheduler_stack_size);
 #endif
-  ::swapcontext(&th.context, &l.scheduler);
+  mt_host_fiber_switch(&th.sp, l.scheduler_sp);
   Launch& again = *g_launch;
   after_switch_in(again, again.threads[static_cast<size_t>(again.current)]);
   if (again.cancelling) throw Cancelled{};
 }
 
-void thread_entry() {
+[[noreturn]] void thread_entry() {
   Launch& l = *g_launch;
   Thread& th = l.threads[static_cast<size_t>(l.current)];
   after_switch_in(l, th);
@@ -187,16 +228,23 @@ void thread_entry() {
 #ifdef MT_HOST_ASAN
   __sanitizer_start_switch_fiber(nullptr, done.scheduler_stack_bottom, done.scheduler_stack_size);
 #endif
-  ::setcontext(&done.scheduler);
+  void* finished = nullptr;  // never resumed
+  mt_host_fiber_switch(&finished, done.scheduler_sp);
+  __builtin_unreachable();
 }
 
+// A fresh stack whose first switch-in "returns" into thread_entry: six callee-saved registers
+// (zero) and the return address, laid out as mt_host_fiber_switch pops them, so that thread_entry
+// starts with the stack aligned as after a call.
 void start_thread(Launch& l, int t) {
   Thread& th = l.threads[static_cast<size_t>(t)];
-  ::getcontext(&th.context);
-  th.context.uc_stack.ss_sp = th.stack->bottom();
-  th.context.uc_stack.ss_size = th.stack->size();
-  th.context.uc_link = nullptr;
-  ::makecontext(&th.context, thread_entry, 0);
+  const uintptr_t top = reinterpret_cast<uintptr_t>(th.stack->bottom() + th.stack->size()) & ~uintptr_t{15};
+  auto* ret_slot = reinterpret_cast<uint64_t*>(top - 16);
+  ret_slot[0] = reinterpret_cast<uint64_t>(&thread_entry);
+  ret_slot[1] = 0;
+  uint64_t* sp = ret_slot - 6;
+  for (int i = 0; i < 6; ++i) sp[i] = 0;
+  th.sp = sp;
   th.started = true;
 }
 
@@ -212,22 +260,24 @@ bool resolve_warp_ops(Launch& l) {
   const int n = static_cast<int>(l.threads.size());
   for (int w0 = 0; w0 < n && !l.error; w0 += 32) {
     const int w1 = std::min(n, w0 + 32);
-    std::vector<bool> seen(static_cast<size_t>(w1 - w0), false);
+    unsigned seen = 0;
     for (int first = w0; first < w1 && !l.error; ++first) {
       const Thread& lead = l.threads[static_cast<size_t>(first)];
-      if (lead.state != State::kAtWarpOp || seen[static_cast<size_t>(first - w0)]) continue;
-      std::vector<int> group;
+      if (lead.state != State::kAtWarpOp || (seen & lane_bit(first)) != 0) continue;
+      std::array<int, 32> group;
+      int size = 0;
       unsigned arrived = 0;
       for (int t = first; t < w1; ++t) {
         const Thread& th = l.threads[static_cast<size_t>(t)];
         if (th.state == State::kAtWarpOp && same_site(th.site, lead.site)) {
-          group.push_back(t);
+          group[static_cast<size_t>(size++)] = t;
           arrived |= lane_bit(t);
-          seen[static_cast<size_t>(t - w0)] = true;
         }
       }
+      seen |= arrived;
       const char* op = lead.op.is_ballot ? "__ballot_sync" : "__shfl_*_sync";
-      for (int t : group) {
+      for (int g = 0; g < size; ++g) {
+        const int t = group[static_cast<size_t>(g)];
         const WarpOp& o = l.threads[static_cast<size_t>(t)].op;
         if (o.mask != arrived || o.width != lead.op.width || o.kind != lead.op.kind || o.is_ballot != lead.op.is_ballot) {
           std::ostringstream msg;
@@ -241,35 +291,37 @@ bool resolve_warp_ops(Launch& l) {
       }
       if (lead.op.is_ballot) {
         unsigned bits = 0;
-        for (int t : group)
-          if (l.threads[static_cast<size_t>(t)].op.predicate) bits |= lane_bit(t);
-        for (int t : group) l.threads[static_cast<size_t>(t)].op.ballot_result = bits;
+        for (int g = 0; g < size; ++g)
+          if (l.threads[static_cast<size_t>(group[static_cast<size_t>(g)])].op.predicate) bits |= lane_bit(group[static_cast<size_t>(g)]);
+        for (int g = 0; g < size; ++g) l.threads[static_cast<size_t>(group[static_cast<size_t>(g)])].op.ballot_result = bits;
       } else {
-        // Results from the values as they were on arrival.
-        std::vector<WarpOp> before;
-        for (int t : group) before.push_back(l.threads[static_cast<size_t>(t)].op);
-        for (size_t k = 0; k < group.size(); ++k) {
-          const int t = group[k];
-          const int lane = t % 32, width = before[k].width, arg = before[k].arg;
+        // Results from the values as they were on arrival, indexed by lane.
+        unsigned char before[32][16];
+        for (int g = 0; g < size; ++g) {
+          const int t = group[static_cast<size_t>(g)];
+          std::memcpy(before[t - w0], l.threads[static_cast<size_t>(t)].op.value, lead.op.bytes);
+        }
+        for (int g = 0; g < size; ++g) {
+          const int t = group[static_cast<size_t>(g)];
+          WarpOp& o = l.threads[static_cast<size_t>(t)].op;
+          const int lane = t - w0, width = o.width, arg = o.arg;
           const int segment = lane / width * width, offset = lane % width;
           int src = lane;
-          switch (before[k].kind) {
+          switch (o.kind) {
             case ShuffleKind::kIndex: src = segment + ((arg % width) + width) % width; break;
             case ShuffleKind::kUp: src = offset - arg >= 0 ? lane - arg : lane; break;
             case ShuffleKind::kDown: src = offset + arg < width ? lane + arg : lane; break;
             case ShuffleKind::kXor: src = (lane ^ arg) / width == lane / width ? lane ^ arg : lane; break;
           }
-          if ((arrived & (1u << src)) == 0) {
+          if (src < 0 || src >= 32 || (arrived & (1u << src)) == 0) {
             l.error = concat(block_name(l), ": shuffle at ", where(lead.site), ": lane ", lane, " of warp ", w0 / 32,
                              " reads lane ", src, ", which is not in the mask (its value is undefined)");
             return false;
           }
-          const auto it = std::find(group.begin(), group.end(), w0 + src);
-          std::memcpy(l.threads[static_cast<size_t>(t)].op.value,
-                      before[static_cast<size_t>(it - group.begin())].value, before[k].bytes);
+          std::memcpy(o.value, before[src], o.bytes);
         }
       }
-      for (int t : group) l.threads[static_cast<size_t>(t)].state = State::kReady;
+      for (int g = 0; g < size; ++g) l.threads[static_cast<size_t>(group[static_cast<size_t>(g)])].state = State::kReady;
       released = true;
     }
   }
@@ -307,13 +359,14 @@ void resolve_barrier(Launch& l) {
   for (Thread& th : l.threads) th.state = State::kReady;
 }
 
-std::vector<int> run_order(const Launch& l, std::mt19937_64* rng) {
-  std::vector<int> order(l.threads.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-  const ScheduleChoice s = schedule();
-  if (s.schedule == Schedule::kReverse) std::reverse(order.begin(), order.end());
-  if (s.schedule == Schedule::kRandom) std::shuffle(order.begin(), order.end(), *rng);
-  return order;
+// The order of the next round: fixed for in-order and reverse, reshuffled for random.
+void next_order(std::vector<int>& order, size_t n, Schedule schedule, std::mt19937_64* rng) {
+  if (order.size() != n) {
+    order.resize(n);
+    for (size_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
+    if (schedule == Schedule::kReverse) std::reverse(order.begin(), order.end());
+  }
+  if (schedule == Schedule::kRandom) std::shuffle(order.begin(), order.end(), *rng);
 }
 
 // Resumes every started, unfinished thread with `cancelling` set so that its stack unwinds.
@@ -333,8 +386,11 @@ void run_block(Launch& l, std::mt19937_64* rng) {
     th.started = false;
     start_thread(l, static_cast<int>(t));
   }
+  const Schedule policy = schedule().schedule;
+  std::vector<int> order;
   for (;;) {
-    for (int t : run_order(l, rng)) {
+    next_order(order, l.threads.size(), policy, rng);
+    for (int t : order) {
       if (l.threads[static_cast<size_t>(t)].state != State::kReady) continue;
       switch_to_thread(l, t);
       if (l.error) break;
@@ -447,8 +503,8 @@ void launch(const LaunchConfig& c, const std::function<void()>& thread_body) {
     l.threads[t].index = Dim3(static_cast<unsigned>(t % b.x), static_cast<unsigned>(t / b.x % b.y),
                               static_cast<unsigned>(t / (uint64_t{b.x} * b.y)));
   }
-  // Exactly the bytes asked for (16-byte aligned by new): AddressSanitizer reports the first byte past.
-  if (c.dynamic_shared_bytes > 0) l.shared_heap = std::make_unique<unsigned char[]>(c.dynamic_shared_bytes);
+  if (c.dynamic_shared_bytes > 0)
+    l.shared_heap.reset(static_cast<unsigned char*>(::operator new[](c.dynamic_shared_bytes, std::align_val_t{128})));
   std::mt19937_64 rng(schedule().seed);
   struct Reset {
     ~Reset() { g_launch = nullptr; }

@@ -98,7 +98,7 @@ const Dim3& thread_idx();
 const Dim3& block_idx();
 const Dim3& block_dim();
 const Dim3& grid_dim();
-// The launch's dynamic shared memory (extern __shared__), 16-byte aligned; nullptr when none.
+// The launch's dynamic shared memory (extern __shared__), 128-byte aligned; nullptr when none.
 void* dynamic_shared();
 // Lane of the calling thread within its warp (threads numbered x fastest, then y, then z).
 int lane_id();

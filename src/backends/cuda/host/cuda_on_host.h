@@ -14,6 +14,8 @@
 // memory is MT_DYNAMIC_SHARED(type, name), which nvcc spells `extern __shared__ type name[]`.
 #pragma once
 
+#include <cstddef>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -31,6 +33,8 @@
 #define blockDim (::mixtrain::cuda_host::block_dim())
 #define gridDim (::mixtrain::cuda_host::grid_dim())
 #define warpSize 32
+using dim3 = ::mixtrain::cuda_host::Dim3;
+#define MT_LAUNCH(...) | ::mixtrain::cuda_host::LaunchShape(__VA_ARGS__)
 #define MT_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::mixtrain::cuda_host::dynamic_shared())
 
 inline void __syncthreads(::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
@@ -70,6 +74,48 @@ inline int __all_sync(unsigned mask, int predicate, ::mixtrain::cuda_host::Site 
 }
 
 namespace mixtrain::cuda_host {
+
+// `kernel MT_LAUNCH(grid, block, shared, stream)(args...)` (backends/cuda/kernels/common.cuh) expands
+// here to `kernel | LaunchShape(grid, block, shared, stream)(args...)`: the call binds first and
+// holds the arguments, `|` launches them with the kernel. Streams run in order on the host, so the
+// stream only has to be one (it is not otherwise used).
+template <typename... Args>
+struct PendingLaunch {
+  Dim3 grid, block;
+  size_t shared = 0;
+  Site site;
+  std::tuple<Args...> args;
+};
+
+struct LaunchShape {
+  Dim3 grid, block;
+  size_t shared;
+  Site site;
+  template <typename Stream = std::nullptr_t>
+  LaunchShape(Dim3 grid_, Dim3 block_, size_t shared_ = 0, Stream = nullptr, Site site_ = Site::here())
+      : grid(grid_), block(block_), shared(shared_), site(site_) {}
+  template <typename... Args>
+  PendingLaunch<std::decay_t<Args>...> operator()(Args&&... args) const {
+    return {grid, block, shared, site, std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...)};
+  }
+};
+
+template <typename... Params, typename... Args>
+void operator|(void (*kernel)(Params...), const PendingLaunch<Args...>& launch) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "a launch's arguments must match the kernel's parameters");
+  const std::tuple<std::decay_t<Params>...> packed = std::apply(
+      [](const auto&... a) { return std::tuple<std::decay_t<Params>...>(a...); }, launch.args);
+  LaunchConfig config;
+  config.grid = launch.grid;
+  config.block = launch.block;
+  config.dynamic_shared_bytes = launch.shared;
+  config.kernel = reinterpret_cast<const void*>(kernel);
+  config.name = std::string("launched at ") + launch.site.file + ":" + std::to_string(launch.site.line);
+  ::mixtrain::cuda_host::launch(config, [&packed, kernel] {
+    auto mine = packed;
+    std::apply(kernel, mine);
+  });
+}
 
 // kernel<<<grid, block, shared>>>(args...): every thread gets its own copy of the arguments, as
 // kernel parameters are on a GPU.

@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_fwd_kernel(Flas
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // never launched: the host takes this path on compute capability 8.0+ only
 #else
-  extern __shared__ __align__(128) unsigned char smem[];
+  MT_DYNAMIC_SHARED(unsigned char, smem);
   const ForwardLayout L(a.D);
   X* const q_tile = reinterpret_cast<X*>(smem + L.q);
   X* const k_tile = reinterpret_cast<X*>(smem + L.k);
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_dq_kernel(Flash
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
-  extern __shared__ __align__(128) unsigned char smem[];
+  MT_DYNAMIC_SHARED(unsigned char, smem);
   const GradQueryLayout L(a.D);
   X* const q_tile = reinterpret_cast<X*>(smem + L.q);
   X* const dout_tile = reinterpret_cast<X*>(smem + L.dout);
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_dkv_kernel(Flas
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
-  extern __shared__ __align__(128) unsigned char smem[];
+  MT_DYNAMIC_SHARED(unsigned char, smem);
   const GradKeyLayout L(a.D);
   X* const k_tile = reinterpret_cast<X*>(smem + L.k);
   X* const v_tile = reinterpret_cast<X*>(smem + L.v);
@@ -593,7 +593,7 @@ bool flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const char* what = "scaled_dot_product_attention (flash)";
   allow_shared_memory(reinterpret_cast<const void*>(&flash_attention_fwd_kernel<X>), device,
                       ForwardLayout(kFlashMaxHeadDim).bytes, what);
-  flash_attention_fwd_kernel<X><<<static_cast<unsigned>(blocks), kFlashThreads, bytes, stream_of(q)>>>(a);
+  flash_attention_fwd_kernel<X> MT_LAUNCH(static_cast<unsigned>(blocks), kFlashThreads, bytes, stream_of(q))(a);
   check_launch(what);
   return true;
 }
@@ -636,14 +636,14 @@ bool flash_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     allow_shared_memory(reinterpret_cast<const void*>(&flash_attention_dq_kernel<X>), device,
                         GradQueryLayout(kFlashMaxHeadDim).bytes, what);
     a.tiles = query_tiles;
-    flash_attention_dq_kernel<X><<<static_cast<unsigned>(query_blocks), kFlashThreads, dq_bytes, stream>>>(a);
+    flash_attention_dq_kernel<X> MT_LAUNCH(static_cast<unsigned>(query_blocks), kFlashThreads, dq_bytes, stream)(a);
     check_launch(what);
   }
   if (key_blocks > 0) {
     allow_shared_memory(reinterpret_cast<const void*>(&flash_attention_dkv_kernel<X>), device,
                         GradKeyLayout(kFlashMaxHeadDim).bytes, what);
     a.tiles = key_tiles;
-    flash_attention_dkv_kernel<X><<<static_cast<unsigned>(key_blocks), kFlashThreads, dkv_bytes, stream>>>(a);
+    flash_attention_dkv_kernel<X> MT_LAUNCH(static_cast<unsigned>(key_blocks), kFlashThreads, dkv_bytes, stream)(a);
     check_launch(what);
   }
   return true;

@@ -10,6 +10,17 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+// Every launch is spelled `kernel MT_LAUNCH(grid, block, shared bytes, stream)(args...)`: CUDA's
+// <<<...>>> under nvcc, the CUDA-on-host engine (backends/cuda/host/cuda_on_host.h) when the same
+// source is compiled by the host compiler.
+#ifndef MT_LAUNCH
+#define MT_LAUNCH(...) <<<__VA_ARGS__>>>
+#endif
+// A kernel's dynamic shared memory (extern __shared__), 128-byte aligned.
+#ifndef MT_DYNAMIC_SHARED
+#define MT_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -217,7 +228,7 @@ template <typename F>
 void for_each_index(Device device, int64_t n, F f, const char* what) {
   if (n <= 0) return;
   DeviceGuard guard(device);
-  for_each_index_kernel<<<grid_for(n), kThreads, 0, mixtrain::cuda::stream(device)>>>(n, f);
+  for_each_index_kernel<F> MT_LAUNCH(grid_for(n), kThreads, 0, mixtrain::cuda::stream(device))(n, f);
   check_launch(what);
 }
 
@@ -285,7 +296,7 @@ void map_elements(const Tensor& out, const std::array<const Tensor*, K>& in, F f
     for (int k = 0; k < K; ++k) ops.p[k] = static_cast<const D*>(in[k]->raw_data());
     const int64_t vectors = n / Pack16<D>::kCount;
     DeviceGuard guard(out.device());
-    map_vectors_kernel<D, K><<<grid_for(std::max<int64_t>(vectors, 1)), kThreads, 0, stream_of(out)>>>(
+    map_vectors_kernel<D, K, F> MT_LAUNCH(grid_for(std::max<int64_t>(vectors, 1)), kThreads, 0, stream_of(out))(
         vectors, n, static_cast<D*>(out.raw_data()), ops, f);
     check_launch(what);
     return;

@@ -41,7 +41,7 @@ __global__ void partial_sums_kernel(int64_t n, F value, Acc* partials) {
 template <typename Acc, typename F>
 void partial_sums(Device device, int64_t n, F value, Acc* partials, const char* what) {
   DeviceGuard guard(device);
-  partial_sums_kernel<Acc><<<sum_blocks(n), kThreads, 0, mixtrain::cuda::stream(device)>>>(n, value, partials);
+  partial_sums_kernel<Acc, F> MT_LAUNCH(sum_blocks(n), kThreads, 0, mixtrain::cuda::stream(device))(n, value, partials);
   check_launch(what);
 }
 
@@ -124,7 +124,7 @@ void class_loss_rows(const Tensor& input, const Tensor& target, const Tensor& ou
       }, "nll_loss");
     } else {
       DeviceGuard guard(device);
-      cross_entropy_rows_kernel<D, I><<<blocks_for_rows(M), threads_for_row(classes), 0, stream_of(input)>>>(
+      cross_entropy_rows_kernel<D, I> MT_LAUNCH(blocks_for_rows(M), threads_for_row(classes), 0, stream_of(input))(
           px, pt, M, classes, ignore, static_cast<C>(p.label_smoothing), static_cast<C*>(lse.raw_data()),
           per_row ? nullptr : loss, per_row ? po : nullptr);
       check_launch("cross_entropy");

@@ -47,8 +47,13 @@ const char* status_name(cublasStatus_t status) {
 }
 
 void check_lt(cublasStatus_t status, const char* what) {
+#ifdef MIXTRAIN_CUDA_ON_HOST  // the host's cuBLASLt says which documented rule a call broke
+  MT_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuda: cuBLASLt ", what, " failed: ", status_name(status), " (",
+           static_cast<int>(status), "): ", cublas_host_last_error());
+#else
   MT_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuda: cuBLASLt ", what, " failed: ", status_name(status), " (",
            static_cast<int>(status), ")");
+#endif
 }
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;

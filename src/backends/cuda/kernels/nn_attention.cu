@@ -202,7 +202,7 @@ struct AttentionFwd {
     const Heads g = heads_of(p);
     if (g.B * g.H * g.T == 0) return;
     DeviceGuard guard(q.device());
-    attention_fwd_kernel<X, C><<<blocks_for(g.B * g.H * g.T), 32 * kWarpsPerBlock, 0, stream_of(q)>>>(
+    attention_fwd_kernel<X, C> MT_LAUNCH(blocks_for(g.B * g.H * g.T), 32 * kWarpsPerBlock, 0, stream_of(q))(
         static_cast<const X*>(q.raw_data()), static_cast<const X*>(k.raw_data()), static_cast<const X*>(v.raw_data()),
         static_cast<X*>(out.raw_data()), static_cast<C*>(lse.raw_data()), g, static_cast<C>(p.scale), p.causal);
     check_launch("scaled_dot_product_attention");
@@ -231,15 +231,15 @@ struct AttentionBwd {
     DeviceGuard guard(device);
     const cudaStream_t s = stream_of(q);
     if (queries > 0) {
-      attention_delta_kernel<X, C><<<blocks_for(queries), 32 * kWarpsPerBlock, 0, s>>>(qp, kp, vp, gp, lp,
+      attention_delta_kernel<X, C> MT_LAUNCH(blocks_for(queries), 32 * kWarpsPerBlock, 0, s)(qp, kp, vp, gp, lp,
                                                                                         delta.as<C>(), g, scale, p.causal);
       check_launch("scaled_dot_product_attention backward");
-      attention_dq_kernel<X, C><<<blocks_for(queries), 32 * kWarpsPerBlock, 0, s>>>(
+      attention_dq_kernel<X, C> MT_LAUNCH(blocks_for(queries), 32 * kWarpsPerBlock, 0, s)(
           qp, kp, vp, gp, lp, delta.as<C>(), static_cast<X*>(gq.raw_data()), g, scale, p.causal);
       check_launch("scaled_dot_product_attention backward");
     }
     if (keys > 0) {
-      attention_dkv_kernel<X, C><<<blocks_for(keys), 32 * kWarpsPerBlock, 0, s>>>(
+      attention_dkv_kernel<X, C> MT_LAUNCH(blocks_for(keys), 32 * kWarpsPerBlock, 0, s)(
           qp, kp, vp, gp, lp, delta.as<C>(), static_cast<X*>(gk.raw_data()), static_cast<X*>(gv.raw_data()), g, scale,
           p.causal);
       check_launch("scaled_dot_product_attention backward");

@@ -69,7 +69,7 @@ struct StatsKernel {
     const Layout L(x);
     if (L.C == 0) return;
     DeviceGuard guard(x.device());
-    stats_kernel<D><<<blocks_for_rows(L.C), threads_for_row(L.N * L.S), 0, stream_of(x)>>>(
+    stats_kernel<D> MT_LAUNCH(blocks_for_rows(L.C), threads_for_row(L.N * L.S), 0, stream_of(x))(
         static_cast<const D*>(x.raw_data()), L, static_cast<A*>(mean.raw_data()), static_cast<A*>(var.raw_data()));
     check_launch("batch_norm");
   }
@@ -149,7 +149,7 @@ struct BackwardKernel {
     const A e = static_cast<A>(eps);
     {
       DeviceGuard guard(device);
-      backward_sums_kernel<D><<<blocks_for_rows(L.C), threads_for_row(L.N * L.S), 0, stream_of(x)>>>(
+      backward_sums_kernel<D> MT_LAUNCH(blocks_for_rows(L.C), threads_for_row(L.N * L.S), 0, stream_of(x))(
           pg, px, L, pm, pv, e, gw, gb);
       check_launch("batch_norm_backward");
     }

@@ -96,7 +96,7 @@ struct LayerNormFwd {
     if (rows == 0) return;
     const int64_t cols = x.numel() / rows;
     DeviceGuard guard(x.device());
-    layer_norm_fwd_kernel<D><<<blocks_for_rows(rows), threads_for_row(cols), 0, stream_of(x)>>>(
+    layer_norm_fwd_kernel<D> MT_LAUNCH(blocks_for_rows(rows), threads_for_row(cols), 0, stream_of(x))(
         static_cast<const D*>(x.raw_data()), param_of(weight, "layer_norm"), param_of(bias, "layer_norm"),
         static_cast<D*>(y.raw_data()), static_cast<C*>(mean.raw_data()), static_cast<C*>(rstd.raw_data()), rows, cols,
         eps);
@@ -178,7 +178,7 @@ struct LayerNormBwd {
     const C* pm = static_cast<const C*>(mean.raw_data());
     const C* pr = static_cast<const C*>(rstd.raw_data());
     if (gx.defined()) {
-      layer_norm_bwd_gx_kernel<D><<<blocks_for_rows(rows), threads_for_row(cols), 0, s>>>(
+      layer_norm_bwd_gx_kernel<D> MT_LAUNCH(blocks_for_rows(rows), threads_for_row(cols), 0, s)(
           pg, px, param_of(weight, "layer_norm_backward"), pm, pr, static_cast<D*>(gx.raw_data()), rows, cols);
       check_launch("layer_norm_backward");
     }
@@ -189,7 +189,7 @@ struct LayerNormBwd {
     const size_t bytes = sizeof(C) * static_cast<size_t>(blocks * cols);
     DeviceScratch pw(device, bytes), pb(device, bytes);
     const dim3 grid(std::min<unsigned>(grid_for(cols), 1024u), static_cast<unsigned>(blocks));
-    layer_norm_bwd_partials_kernel<D><<<grid, kThreads, 0, s>>>(pg, px, pm, pr, rows, cols, block_rows, pw.as<C>(),
+    layer_norm_bwd_partials_kernel<D> MT_LAUNCH(grid, kThreads, 0, s)(pg, px, pm, pr, rows, cols, block_rows, pw.as<C>(),
                                                                 pb.as<C>());
     check_launch("layer_norm_backward");
     // Second stage: column c adds its block partials in block order and rounds once.

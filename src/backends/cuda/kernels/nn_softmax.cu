@@ -82,7 +82,7 @@ struct SoftmaxFwd {
       DY* py = static_cast<DY*>(y.raw_data());
       if (p.inner == 1) {
         DeviceGuard guard(x.device());
-        softmax_rows_kernel<DX, DY><<<blocks_for_rows(p.outer), threads_for_row(p.n), 0, stream_of(x)>>>(
+        softmax_rows_kernel<DX, DY> MT_LAUNCH(blocks_for_rows(p.outer), threads_for_row(p.n), 0, stream_of(x))(
             px, py, p.outer, p.n, p.log);
         check_launch("softmax");
       } else {
@@ -147,7 +147,7 @@ struct SoftmaxBwd {
       DX* pgx = static_cast<DX*>(gx.raw_data());
       if (p.inner == 1) {
         DeviceGuard guard(gx.device());
-        softmax_bwd_rows_kernel<DX, DY><<<blocks_for_rows(p.outer), threads_for_row(p.n), 0, stream_of(gx)>>>(
+        softmax_bwd_rows_kernel<DX, DY> MT_LAUNCH(blocks_for_rows(p.outer), threads_for_row(p.n), 0, stream_of(gx))(
             pg, py, pgx, p.outer, p.n, p.log);
         check_launch("softmax_backward");
       } else {

@@ -116,15 +116,15 @@ std::vector<float> norm_partials_cuda(const std::vector<Tensor>& tensors, double
     float* dst = partials.as<float>() + i * kNormBlocks;
     const StridedView v = view_of(t);
     switch (t.dtype()) {
-      case kFloat32: norm_partial_kernel<float><<<kNormBlocks, kThreads, 0, s>>>(v, t.numel(), p, dst); break;
-      case kFloat64: norm_partial_kernel<double><<<kNormBlocks, kThreads, 0, s>>>(v, t.numel(), p, dst); break;
-      case kFloat16: norm_partial_kernel<__half><<<kNormBlocks, kThreads, 0, s>>>(v, t.numel(), p, dst); break;
-      case kBFloat16: norm_partial_kernel<__nv_bfloat16><<<kNormBlocks, kThreads, 0, s>>>(v, t.numel(), p, dst); break;
+      case kFloat32: norm_partial_kernel<float> MT_LAUNCH(kNormBlocks, kThreads, 0, s)(v, t.numel(), p, dst); break;
+      case kFloat64: norm_partial_kernel<double> MT_LAUNCH(kNormBlocks, kThreads, 0, s)(v, t.numel(), p, dst); break;
+      case kFloat16: norm_partial_kernel<__half> MT_LAUNCH(kNormBlocks, kThreads, 0, s)(v, t.numel(), p, dst); break;
+      case kBFloat16: norm_partial_kernel<__nv_bfloat16> MT_LAUNCH(kNormBlocks, kThreads, 0, s)(v, t.numel(), p, dst); break;
       default: MT_FAIL("clip_grad_norm_: expected floating-point tensors, got ", describe(t));
     }
     check_launch("norm");
   }
-  norm_combine_kernel<<<(n + 127) / 128, 128, 0, s>>>(partials.as<float>(), n, std::isinf(p), out.as<float>());
+  norm_combine_kernel MT_LAUNCH((n + 127) / 128, 128, 0, s)(partials.as<float>(), n, std::isinf(p), out.as<float>());
   check_launch("norm");
   std::vector<float> result(n);
   download(device, result.data(), out.as<float>(), n);
@@ -349,10 +349,10 @@ void adam_step_cuda(const std::vector<AdamTensors>& tensors, const AdamHyper& h)
         DeviceGuard guard(device);
         for_each_list(group, fill, [&](const ParamList& list, int64_t blocks) {
           if (md == kFloat32)
-            adam_kernel<D, float><<<static_cast<unsigned>(blocks), kThreads, 0, mixtrain::cuda::stream(device)>>>(list, c);
+            adam_kernel<D, float> MT_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, mixtrain::cuda::stream(device))(list, c);
           else
             adam_kernel<D, __nv_bfloat16>
-                <<<static_cast<unsigned>(blocks), kThreads, 0, mixtrain::cuda::stream(device)>>>(list, c);
+                 MT_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, mixtrain::cuda::stream(device))(list, c);
           check_launch("adam step");
         });
       });
@@ -387,7 +387,7 @@ void sgd_step_cuda(const std::vector<SgdTensors>& tensors, const SgdHyper& h) {
       dispatch_param(pd, [&]<typename D>() {
         DeviceGuard guard(device);
         for_each_list(group, fill, [&](const ParamList& list, int64_t blocks) {
-          sgd_kernel<D><<<static_cast<unsigned>(blocks), kThreads, 0, mixtrain::cuda::stream(device)>>>(list, gc);
+          sgd_kernel<D> MT_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, mixtrain::cuda::stream(device))(list, gc);
           check_launch("sgd step");
         });
       });
@@ -453,7 +453,7 @@ int64_t amp_unscale_cuda(const std::vector<Tensor>& grads, const Tensor& found_i
     }
   }
   DeviceGuard guard(device);
-  set_found_inf_kernel<<<1, 1, 0, mixtrain::cuda::stream(device)>>>(bad.as<unsigned long long>(),
+  set_found_inf_kernel MT_LAUNCH(1, 1, 0, mixtrain::cuda::stream(device))(bad.as<unsigned long long>(),
                                                                    static_cast<float*>(found_inf.raw_data()));
   check_launch("grad scaler unscale");
   unsigned long long first = 0;
@@ -481,7 +481,7 @@ __global__ void update_scale_kernel(float* s, int32_t* tracker, const float* fou
 void amp_update_scale_cuda(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                            double growth_factor, double backoff_factor, int64_t growth_interval) {
   DeviceGuard guard(scale.device());
-  update_scale_kernel<<<1, 1, 0, stream_of(scale)>>>(
+  update_scale_kernel MT_LAUNCH(1, 1, 0, stream_of(scale))(
       static_cast<float*>(scale.raw_data()), static_cast<int32_t*>(growth_tracker.raw_data()),
       static_cast<const float*>(found_inf.raw_data()), growth_factor, backoff_factor, growth_interval);
   check_launch("grad scaler update");

@@ -105,10 +105,10 @@ struct Reduce {
       }
       if (s.inner == 1) {
         const int threads = s.reduce >= 1024 ? 1024 : (s.reduce >= 256 ? 256 : 64);
-        reduce_rows_kernel<D, kMax><<<static_cast<unsigned>(s.outer), threads, 0, stream_of(x)>>>(
+        reduce_rows_kernel<D, kMax> MT_LAUNCH(static_cast<unsigned>(s.outer), threads, 0, stream_of(x))(
             px, po, out.dtype(), s.reduce, scale);
       } else {
-        reduce_columns_kernel<D, kMax><<<grid_for(s.outer * s.inner), kThreads, 0, stream_of(x)>>>(
+        reduce_columns_kernel<D, kMax> MT_LAUNCH(grid_for(s.outer * s.inner), kThreads, 0, stream_of(x))(
             px, po, out.dtype(), s, scale);
       }
       check_launch(kMax ? "amax" : "sum");
@@ -173,7 +173,7 @@ void sum_rows_as(const Tensor& x, const Tensor& out) {
   {
     DeviceGuard guard(device);
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(blocks));
-    sum_row_blocks_kernel<D><<<grid, kThreads, 0, stream_of(x)>>>(static_cast<const D*>(x.raw_data()), rows, cols, sr,
+    sum_row_blocks_kernel<D> MT_LAUNCH(grid, kThreads, 0, stream_of(x))(static_cast<const D*>(x.raw_data()), rows, cols, sr,
                                                                   sc, block, pp);
     check_launch("sum_rows");
   }

@@ -39,7 +39,7 @@ struct FindBadIndexAs {
     upload(device, result.as<unsigned long long>(), initial, 2);
     {
       DeviceGuard guard(device);
-      find_bad_kernel<I><<<grid_for(n), kThreads, 0, stream_of(index)>>>(static_cast<const I*>(index.raw_data()), n,
+      find_bad_kernel<I> MT_LAUNCH(grid_for(n), kThreads, 0, stream_of(index))(static_cast<const I*>(index.raw_data()), n,
                                                                         bound, ignore.has_value(), ignore.value_or(0),
                                                                         result.as<unsigned long long>());
       check_launch("index check");
@@ -103,7 +103,7 @@ struct ScatterAddRows {
     dispatch_index(index.dtype(), "index_select backward", [&]<typename I>() {
       DeviceGuard guard(gx.device());
       const int threads = inner >= 256 ? 256 : 64;
-      scatter_add_rows_kernel<D, I><<<static_cast<unsigned>(outer * n), threads, 0, stream_of(gx)>>>(
+      scatter_add_rows_kernel<D, I> MT_LAUNCH(static_cast<unsigned>(outer * n), threads, 0, stream_of(gx))(
           static_cast<const D*>(gy.raw_data()), static_cast<const I*>(index.raw_data()), static_cast<D*>(gx.raw_data()),
           n, m, inner);
       check_launch("index_select backward");
