@@ -347,7 +347,9 @@ TEST(CudaAttention, QkvAttentionAndSdpaOpsMatchTheCpu) {
       const mt::Tensor gy = host.gout.view({c.B, c.T, c.H * c.D});
       std::vector<mt::Tensor> outs, grads;
       for (mt::Device d : {kHost, kGpu}) {
-        mt::Tensor x = host.in.x.to(d).requires_grad_(true);
+        // detach(): on the host, to(kHost) is the input itself; marking it would make the next
+        // device's copy a non-leaf without a grad.
+        mt::Tensor x = host.in.x.to(d).detach().requires_grad_(true);
         mt::Tensor y = F::qkv_attention(x, c.H, causal);
         y.backward(gy.to(d));
         outs.push_back(out_view(y.view({c.B, c.T, c.H, c.D})));
@@ -371,8 +373,9 @@ TEST(CudaAttention, QkvAttentionAndSdpaOpsMatchTheCpu) {
     std::vector<mt::Tensor> outs;
     std::vector<Views> grads;
     for (mt::Device d : {kHost, kGpu}) {
-      mt::Tensor q = in.q.contiguous().to(d).requires_grad_(true), k = in.k.contiguous().to(d).requires_grad_(true),
-                 v = in.v.contiguous().to(d).requires_grad_(true);
+      mt::Tensor q = in.q.contiguous().to(d).detach().requires_grad_(true),
+                 k = in.k.contiguous().to(d).detach().requires_grad_(true),
+                 v = in.v.contiguous().to(d).detach().requires_grad_(true);
       mt::Tensor y = F::scaled_dot_product_attention(q, k, v, true);
       y.backward(gy.to(d));
       outs.push_back(y);
