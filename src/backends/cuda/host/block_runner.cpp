@@ -536,39 +536,44 @@ void syncthreads(Site site) {
   yield_to_scheduler(l);
 }
 
+namespace {
+
+// Parks the calling thread at warp op `op` until the scheduler has resolved its warp; returns the
+// resolved op (a shuffle's value, a ballot's bits).
+const WarpOp& wait_at_warp_op(Launch& l, Site site, const WarpOp& op) {
+  Thread& th = l.threads[static_cast<size_t>(l.current)];
+  th.state = State::kAtWarpOp;
+  th.site = site;
+  th.op = op;
+  yield_to_scheduler(l);
+  Launch& again = *g_launch;
+  return again.threads[static_cast<size_t>(again.current)].op;
+}
+
+}  // namespace
+
 void shuffle_bytes(unsigned mask, void* value, size_t bytes, ShuffleKind kind, int arg, int width,
                    Site site) {
   Launch& l = active("__shfl_*_sync");
   MT_CHECK(width >= 1 && width <= Limits::kWarpSize && (width & (width - 1)) == 0, block_name(l), ": shuffle at ",
            where(site), ": width ", width, " is not a power of two in [1, 32]");
   MT_CHECK(bytes <= 16, "shuffle of ", bytes, " bytes");
-  Thread& th = l.threads[static_cast<size_t>(l.current)];
-  th.state = State::kAtWarpOp;
-  th.site = site;
-  th.op = WarpOp{};
-  th.op.kind = kind;
-  th.op.mask = mask;
-  th.op.arg = arg;
-  th.op.width = width;
-  th.op.bytes = bytes;
-  std::memcpy(th.op.value, value, bytes);
-  yield_to_scheduler(l);
-  Launch& again = *g_launch;
-  std::memcpy(value, again.threads[static_cast<size_t>(again.current)].op.value, bytes);
+  WarpOp op;
+  op.kind = kind;
+  op.mask = mask;
+  op.arg = arg;
+  op.width = width;
+  op.bytes = bytes;
+  std::memcpy(op.value, value, bytes);
+  std::memcpy(value, wait_at_warp_op(l, site, op).value, bytes);
 }
 
 unsigned ballot(unsigned mask, bool predicate, Site site) {
-  Launch& l = active("__ballot_sync");
-  Thread& th = l.threads[static_cast<size_t>(l.current)];
-  th.state = State::kAtWarpOp;
-  th.site = site;
-  th.op = WarpOp{};
-  th.op.is_ballot = true;
-  th.op.mask = mask;
-  th.op.predicate = predicate;
-  yield_to_scheduler(l);
-  Launch& again = *g_launch;
-  return again.threads[static_cast<size_t>(again.current)].op.ballot_result;
+  WarpOp op;
+  op.is_ballot = true;
+  op.mask = mask;
+  op.predicate = predicate;
+  return wait_at_warp_op(active("__ballot_sync"), site, op).ballot_result;
 }
 
 void check_vector_access(const void* p, size_t bytes, Site site) {
