@@ -35,6 +35,7 @@
 #define warpSize 32
 using dim3 = ::mixtrain::cuda_host::Dim3;
 #define MT_LAUNCH(...) | ::mixtrain::cuda_host::LaunchShape(__VA_ARGS__)
+#define MT_VECTOR_ACCESS(ptr) (::mixtrain::cuda_host::checked_vector(ptr))
 #define MT_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::mixtrain::cuda_host::dynamic_shared())
 
 inline void __syncthreads(::mixtrain::cuda_host::Site site = ::mixtrain::cuda_host::Site::here()) {
@@ -74,6 +75,13 @@ inline int __all_sync(unsigned mask, int predicate, ::mixtrain::cuda_host::Site 
 }
 
 namespace mixtrain::cuda_host {
+
+// MT_VECTOR_ACCESS(p): p, after checking that it is aligned to its vector's size.
+template <typename T>
+T* checked_vector(T* p, Site site = Site::here()) {
+  check_vector_access(p, sizeof(T), site);
+  return p;
+}
 
 // `kernel MT_LAUNCH(grid, block, shared, stream)(args...)` (backends/cuda/kernels/common.cuh) expands
 // here to `kernel | LaunchShape(grid, block, shared, stream)(args...)`: the call binds first and

@@ -203,8 +203,8 @@ __device__ void load_rows(X* tile, int pitch, const X* head, int64_t stride, int
   for (int i = threadIdx.x; i < rows * vectors_per_row; i += blockDim.x) {
     const int r = i / vectors_per_row, c = (i - r * vectors_per_row) * kVectorElems;
     uint4 value = make_uint4(0, 0, 0, 0);
-    if (first + r < limit) value = *reinterpret_cast<const uint4*>(head + (first + r) * stride + c);
-    *reinterpret_cast<uint4*>(tile + r * pitch + c) = value;
+    if (first + r < limit) value = *MT_VECTOR_ACCESS(reinterpret_cast<const uint4*>(head + (first + r) * stride + c));
+    *MT_VECTOR_ACCESS(reinterpret_cast<uint4*>(tile + r * pitch + c)) = value;
   }
 }
 
@@ -259,7 +259,7 @@ __device__ void store_row(X* dst, const float* src, float factor, int D, int hal
     Pack16<X> pack;
 #pragma unroll
     for (int e = 0; e < Pack16<X>::kCount; ++e) pack.v[e] = round_to<X>(src[f + e] * factor);
-    *reinterpret_cast<Pack16<X>*>(dst + f) = pack;
+    *MT_VECTOR_ACCESS(reinterpret_cast<Pack16<X>*>(dst + f)) = pack;
   }
 }
 

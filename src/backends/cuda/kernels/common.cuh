@@ -16,6 +16,11 @@
 #ifndef MT_LAUNCH
 #define MT_LAUNCH(...) <<<__VA_ARGS__>>>
 #endif
+// A pointer used for an 8- or 16-byte vector access: a GPU faults on a misaligned one; the host
+// checks it (x86 would not fault).
+#ifndef MT_VECTOR_ACCESS
+#define MT_VECTOR_ACCESS(ptr) (ptr)
+#endif
 // A kernel's dynamic shared memory (extern __shared__), 128-byte aligned.
 #ifndef MT_DYNAMIC_SHARED
 #define MT_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
@@ -262,7 +267,7 @@ __global__ void map_vectors_kernel(int64_t vectors, int64_t n, D* out, Operands<
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vectors; i += stride) {
     Pack16<D> packs[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) packs[k] = reinterpret_cast<const Pack16<D>*>(in.p[k])[i];
+    for (int k = 0; k < K; ++k) packs[k] = *MT_VECTOR_ACCESS(reinterpret_cast<const Pack16<D>*>(in.p[k]) + i);
     Pack16<D> result;
 #pragma unroll
     for (int e = 0; e < N; ++e) {
@@ -271,7 +276,7 @@ __global__ void map_vectors_kernel(int64_t vectors, int64_t n, D* out, Operands<
       for (int k = 0; k < K; ++k) x[k] = packs[k].v[e];
       result.v[e] = apply_loaded<D, K>(f, x);
     }
-    reinterpret_cast<Pack16<D>*>(out)[i] = result;
+    *MT_VECTOR_ACCESS(reinterpret_cast<Pack16<D>*>(out) + i) = result;
   }
   // The tail: at most N - 1 elements, one thread each.
   for (int64_t i = vectors * N + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
