@@ -36,7 +36,6 @@ json parse_untrusted_json(std::string_view text, int max_depth, const JsonFail& 
     }
     return true;
   };
-  // nlohmann's messages start with "[json.exception.parse_error.101] ": keep what follows.
   // nlohmann's messages start with "[json.exception.parse_error.101] " and quote the offending token
   // whole (a 100,000-digit number): keep what follows the tag, bounded and escaped.
   auto reason = [](const json::exception& e) {

@@ -7,6 +7,13 @@
 namespace mixtrain::optim {
 namespace {
 
+// Kahan-compensated updates apply to bf16 parameters without a master (full or packed): what a step
+// creates a compensation for, and so what a complete state dict holds.
+bool keeps_kahan_compensation(const AdamOptions& o, const Tensor& param, const ParamState& s) {
+  return o.bf16_update == Bf16Update::kKahan && param.dtype() == kBFloat16 && !s.master.defined() &&
+         !s.master_low.defined();
+}
+
 void check_options(const AdamOptions& o, const char* name, size_t group) {
   MT_CHECK(o.lr >= 0.0, name, ": invalid learning rate ", o.lr, " in param group ", group, " (must be >= 0)");
   MT_CHECK(o.eps >= 0.0, name, ": invalid epsilon ", o.eps, " in param group ", group, " (must be >= 0)");
@@ -77,8 +84,7 @@ void Adam::step_group(size_t g, float inv_scale) {
       s.exp_avg_sq = zeros(params[j].shape(), {.dtype = o.exp_avg_sq_dtype, .device = params[j].device()});
     if (s.exp_avg_sq.dtype() != o.exp_avg_sq_dtype) s.exp_avg_sq = s.exp_avg_sq.to(o.exp_avg_sq_dtype).contiguous();
     if (o.amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros(params[j].shape(), fp32);
-    const bool kahan = o.bf16_update == Bf16Update::kKahan && params[j].dtype() == kBFloat16 &&
-                       !s.master.defined() && !s.master_low.defined();
+    const bool kahan = keeps_kahan_compensation(o, params[j], s);
     if (kahan && !s.kahan_comp.defined())
       s.kahan_comp = zeros(params[j].shape(), {.dtype = kBFloat16, .device = params[j].device()});
     if (!kahan) s.kahan_comp = Tensor();
@@ -111,10 +117,7 @@ std::vector<std::string> Adam::stepped_state_keys(size_t i) const {
   const AdamOptions& o = options_.at(group_of(i));
   std::vector<std::string> keys = {"exp_avg", "exp_avg_sq"};
   if (o.amsgrad) keys.emplace_back("max_exp_avg_sq");
-  const ParamState& s = state(i);
-  if (o.bf16_update == Bf16Update::kKahan && parameter(i).dtype() == kBFloat16 && !s.master.defined() &&
-      !s.master_low.defined())
-    keys.emplace_back("kahan_comp");
+  if (keeps_kahan_compensation(o, parameter(i), state(i))) keys.emplace_back("kahan_comp");
   return keys;
 }
 

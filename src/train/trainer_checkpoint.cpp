@@ -295,11 +295,12 @@ std::vector<dist::ZeroStatePiece> Trainer::load_zero_shards(const std::string& p
     MT_CHECK(fs::exists(shard), "resume: '", path, "' was written by ", world, " ranks under ZeRO-1, but the shard of ",
              "rank ", q, " ('", shard, "') is missing: the checkpoint is incomplete (resume from an earlier one)");
     const io::Checkpoint sc = io::load_checkpoint(shard, [&](const io::SafetensorsHeader& h) {
+      const std::vector<Tensor> params = optimizer_->parameters();
       // 1-D slices of this model's parameters, checked before anything is allocated.
       for (const io::SafetensorsEntry& e : h.tensors) {
         const int64_t i = optim_index(e.name);
         MT_CHECK(i >= 0 && static_cast<size_t>(i) < num_params && e.shape.size() == 1 &&
-                     e.shape[0] <= optimizer_->parameters()[static_cast<size_t>(i)].numel(),
+                     e.shape[0] <= params[static_cast<size_t>(i)].numel(),
                  "resume: '", shard, "': unexpected tensor ", mixtrain::detail::quote_untrusted(e.name), " ",
                  e.shape, " (expected optim.<parameter>.<state>, 1-D slices of the ", num_params, " parameters)");
       }
@@ -577,26 +578,27 @@ void Trainer::load_checkpoint(const std::string& path) {
       fp8_states[module] = std::move(state);
     }
     // The loads below name what is wrong but not the file: say which file it came from.
-    auto from_file = [&](const std::string& file, const auto& load) {
+    const std::string in_file = "'" + path + "'";
+    auto from_file = [&](const std::string& where, const auto& load) {
       try {
         load();
       } catch (const Error& e) {
-        MT_FAIL("resume: '", file, "': ", e.what());
+        MT_FAIL("resume: ", where, ": ", e.what());
       }
     };
-    from_file(path, [&] { model_->load_state_dict(model_state, /*strict=*/true); });
+    from_file(in_file, [&] { model_->load_state_dict(model_state, /*strict=*/true); });
     for (auto& [module, linear] : linears) linear->set_fp8_state(fp8_states.count(module) ? fp8_states[module] : nullptr);
     if (sharded) {
       // validates them all before it changes anything
-      from_file(detail::zero_shard_path(path, zero_->group().rank(), static_cast<int>(sharded_world)) + " and the "
-                "other shards", [&] { zero_->load_state_pieces(pieces); });
+      from_file(in_file + " (its " + std::to_string(sharded_world) + " ZeRO-1 shards)",
+                [&] { zero_->load_state_pieces(pieces); });
       optimizer_->set_hyperparameters(0, osd.param_groups[0]);
       const auto it = osd.param_groups[0].find("initial_lr");
       if (it != osd.param_groups[0].end()) optimizer_->set_initial_lr(0, it->second);
     } else {
-      from_file(path, [&] { optimizer_->load_state_dict(osd); });
+      from_file(in_file, [&] { optimizer_->load_state_dict(osd); });
     }
-    from_file(path, [&] { scaler_.load_state_dict(scaler_state); });
+    from_file(in_file, [&] { scaler_.load_state_dict(scaler_state); });
     io::set_rng_state(ck.meta("rng"));
     for (auto& [name, m] : model_->named_modules())
       if (auto* d = dynamic_cast<nn::Dropout*>(m)) io::set_rng_state(gens[name].dump(), d->generator());
