@@ -265,6 +265,8 @@ TEST(CudaHost, SchedulesAreParsedStrictly) {
   mixtrain::testing::expect_error([] { ch::parse_schedule("backwards"); },
                                   {"MIXTRAIN_CUDA_HOST_SCHEDULE", "in-order, reverse, random"});
   mixtrain::testing::expect_error([] { ch::parse_schedule("random:-1"); }, {"decimal"});
+  mixtrain::testing::expect_error([] { ch::parse_schedule("random:"); }, {"decimal"});
+  mixtrain::testing::expect_error([] { ch::parse_schedule(""); }, {"is not a schedule"});
 }
 
 template <typename T, int N>

@@ -433,9 +433,9 @@ ScheduleChoice parse_schedule(const std::string& text) {
   }
   if (text == "random" || text.rfind("random:", 0) == 0) {
     c.schedule = Schedule::kRandom;
-    if (text.size() > 7) {
+    if (text.size() > 6) {  // "random:SEED": the seed must be there
       const std::string digits = text.substr(7);
-      MT_CHECK(digits.size() <= 19 && std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }),
+      MT_CHECK(!digits.empty() && digits.size() <= 19 && std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }),
                "MIXTRAIN_CUDA_HOST_SCHEDULE: the seed of ", mixtrain::detail::quote_untrusted(text),
                " must be a decimal integer below 10^19");
       c.seed = std::stoull(digits);
