@@ -375,6 +375,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_dq_kernel(Flash
   const int64_t key_limit = a.causal ? min(a.S, t + 1) : a.S;
   const int64_t keys = a.causal ? min(a.S, min(a.T, t0 + kBlockRows)) : a.S;
   const float row_lse = live ? a.lse[bh * a.T + t] : 0.f;
+  // This row's gq destination, formed now: the batch, head and row indices then need not stay live
+  // through the key sweeps.
+  X* const dq_row = live ? head_of(a.dq, a.q_st, b, h) + t * a.q_st[2] : nullptr;
 
   load_rows(q_tile, L.row_pitch, head_of(a.q, a.q_st, b, h), a.q_st[2], t0, kBlockRows, a.T, a.D);
   load_rows(dout_tile, L.row_pitch, head_of(a.dout, a.o_st, b, h), a.o_st[2], t0, kBlockRows, a.T, a.D);
@@ -420,7 +423,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_dq_kernel(Flash
                        acc + warp_row0 * L.acc_pitch, L.acc_pitch, a.D, kKeyStep);
   }
   __syncthreads();  // acc is complete (and zero-filled by all threads when there was no key step)
-  if (live) store_row(head_of(a.dq, a.q_st, b, h) + t * a.q_st[2], acc + row * L.acc_pitch, 1.f, a.D, half);
+  if (live) store_row(dq_row, acc + row * L.acc_pitch, 1.f, a.D, half);
 #endif
 }
 
