@@ -2,9 +2,10 @@
 # The one-shot GPU check, run ON the lent H200 machine (device tool `run`), in about 8 minutes:
 #
 #   run  command: bash scripts/gpu-check.sh "$OUT"     carry: [".gpu-debs"]     timeout_s: 570
-#   run  command: bash scripts/gpu-check.sh --quick "$OUT"   (build + tests + nccl only: under 4 minutes)
+#   run  command: bash scripts/gpu-check.sh --quick "$OUT"   (build + tests + nccl + sanitizer: under 4 minutes)
 #
-# Before it, HERE: scripts/gpu-check-prepare.sh (downloads the Debian .debs into .gpu-debs/). The
+# Before it, HERE: scripts/gpu-check-prepare.sh (downloads the Debian .debs into .gpu-debs/ and stages
+# compute-sanitizer in .gpu-debs/compute-sanitizer/). The
 # machine has nvcc 13.0, CMake, ninja, Python 3.12 + PyTorch 2.11 and no package registry; the .debs
 # are unpacked with dpkg -x into a private prefix (.gpu-deps/ in the repository), never into /.
 #
@@ -27,6 +28,23 @@
 #   nccl           mixtrain_nccl_smoke (tests/cuda/nccl_smoke.cpp): NCCL in a world of one GPU (unique id,
 #                  connect, all_reduce/broadcast of CUDA tensors, DDP over a CUDA model on the NCCL path)
 #                                                                                -> tests.log, tests.json
+#   sanitizer      mixtrain_tests under NVIDIA's compute-sanitizer, one run and one summary row per tool,
+#                  each under its own timeout, with --error-exitcode 86: a report fails the run even when
+#                  every test passed (and a run is ok only when the tool's ERROR/RACECHECK SUMMARY says 0)
+#                    memcheck   60 s  the CUDA-vs-CPU filter above, every kernel (cuBLASLt and cuDNN too:
+#                                     they read and write mixtrain's buffers), --leak-check no (the caching
+#                                     allocator keeps its segments for the life of the process by design)
+#                    racecheck  30 s  the suites whose kernels use shared memory and barriers (flash
+#                    synccheck  30 s  attention, softmax, layer norm, cross-entropy, batch norm, reductions,
+#                                     row sums, grad-norm partials), mixtrain's own kernels only
+#                  The tool: the toolkit's own compute-sanitizer (next to nvcc, or on PATH), else the copy
+#                  staged in .gpu-debs/compute-sanitizer/; none that runs is a failure of each tool's row.
+#                  Under gVisor the tool has been seen refusing the device ("Device not supported"): the
+#                  rows then fail with that line (it ran on a Firecracker machine).
+#                  Time: in --quick right after nccl, ending by the 4 minutes --quick keeps to (a tool with
+#                  under 15 s left is skipped, "budget spent"); in the full check after torch_eager, so that
+#                  the issue's targets keep their time and torch_compile (informational) yields it.
+#                                                  -> memcheck/racecheck/synccheck rows, tests.log, tests.json
 #   gemm           cuda_gemm_bench --json, bench/gpu/torch_gemm.py          -> bench.json, torch.json
 #   mixtrain_gpt   mixtrain bench --device cuda --model gpt-small --precision fp32|bf16|fp16 --json
 #   torch_eager    bench/gpu/torch_gpt.py (fp32 TF32-off, bf16 autocast, fp16 autocast + GradScaler)
@@ -39,7 +57,14 @@
 #
 # Settings (environment):
 #   MT_GPU_CHECK_BUDGET=480       seconds for all phases; each phase's timeout is clipped to what is left
-#   MT_GPU_CHECK_PHASES=inventory,build,tests,nccl,gemm,mixtrain,torch,compile   the phases to run
+#   MT_GPU_CHECK_PHASES=inventory,build,tests,nccl,gemm,mixtrain,torch,sanitizer,compile   the phases to run
+#                                 (sanitizer alone on a kept build: MT_GPU_CHECK_SKIP_BUILD=1
+#                                 MT_GPU_CHECK_PHASES=inventory,build,sanitizer, without --quick: 120 s)
+#   MT_GPU_CHECK_QUICK_LIMIT=240  --quick: the second by which the sanitizer stage must end
+#   MT_COMPUTE_SANITIZER=<path>   this compute-sanitizer and no other
+#   MT_SANITIZER_TOOLS=memcheck,racecheck,synccheck
+#   MT_SANITIZER_MEMCHECK_FILTER='Cuda*:CachingAllocator*'   MT_SANITIZER_SHARED_FILTER=<the suites above>
+#   MT_SANITIZER_ARGS=            more compute-sanitizer options for every tool (split at spaces)
 #   MT_GPU_CHECK_SKIP_BUILD=1     no unpack/configure/build (use the prefix and binaries of an earlier call)
 #   MT_GPU_CHECK_CONFIGURE_ONLY=1 unpack + configure, no compile (also without a GPU: a dry run here)
 #   MT_GPU_CHECK_CUDA=ON          MIXTRAIN_CUDA for the configure (OFF for a CPU-only dry run)
@@ -48,7 +73,7 @@
 #   MT_TORCH_COMPILE_PRECISIONS=bf16
 #   MT_GPU_DEPS_PREFIX=<repo>/.gpu-deps MT_GPU_BUILD_DIR=<repo>/build-gpu MT_GPU_WORK_DIR=/tmp/mtgpu-work
 #   MT_GPU_DEBS=<repo>/.gpu-debs  MT_PYTHON=python3  MT_GPU_CHECK_JOBS=<nproc>
-# --quick: MT_GPU_CHECK_PHASES=inventory,build,tests,nccl and only the test binaries are built.
+# --quick: MT_GPU_CHECK_PHASES=inventory,build,tests,nccl,sanitizer and only the test binaries are built.
 # Exit status: 0 when every phase ended ok (or was skipped for want of a GPU), else 1; 2 on bad usage.
 set -u
 set -o pipefail
@@ -72,8 +97,16 @@ BUILD="${MT_GPU_BUILD_DIR:-$ROOT/build-gpu}"
 WORK="${MT_GPU_WORK_DIR:-/tmp/mtgpu-work}"
 DEBS="${MT_GPU_DEBS:-$ROOT/.gpu-debs}"
 BUDGET="${MT_GPU_CHECK_BUDGET:-480}"
-PHASES="${MT_GPU_CHECK_PHASES:-inventory,build,tests,nccl,gemm,mixtrain,torch,compile}"
-((QUICK)) && PHASES=inventory,build,tests,nccl
+PHASES="${MT_GPU_CHECK_PHASES:-inventory,build,tests,nccl,gemm,mixtrain,torch,sanitizer,compile}"
+((QUICK)) && PHASES=inventory,build,tests,nccl,sanitizer
+QUICK_LIMIT="${MT_GPU_CHECK_QUICK_LIMIT:-240}"
+CUDA_TESTS_FILTER='Cuda*:CachingAllocator*'
+SAN_TOOLS="${MT_SANITIZER_TOOLS:-memcheck,racecheck,synccheck}"
+SAN_MEMCHECK_FILTER="${MT_SANITIZER_MEMCHECK_FILTER:-$CUDA_TESTS_FILTER}"
+# The suites whose kernels use shared memory and barriers: flash attention (tensor-core path at T=130,
+# warp path on misaligned rows), softmax, layer norm, cross-entropy, batch norm, reductions, row sums
+# and the grad-norm partials.
+SAN_SHARED_FILTER="${MT_SANITIZER_SHARED_FILTER:-CudaAttention.BackwardIsDeterministic:CudaAttention.UnalignedRows*:CudaNn.Softmax*:CudaNn.LayerNorm*:CudaLoss.CrossEntropy*:CudaBatchNorm.*:CudaReduce.*:CudaSums.*:CudaOptim.ClipGradNorm*}"
 SKIP_BUILD="${MT_GPU_CHECK_SKIP_BUILD:-0}"
 CONFIGURE_ONLY="${MT_GPU_CHECK_CONFIGURE_ONLY:-0}"
 CUDA_MODE="${MT_GPU_CHECK_CUDA:-ON}"
@@ -360,7 +393,7 @@ if want tests; then
   else
     phase_cap="$(cap_res 150 "$RESERVE_TORCH")"
     run_to "$(min 75 "$phase_cap")" "$WORK/tests_cuda.log" "$TEST_BIN" \
-      --gtest_filter='Cuda*:CachingAllocator*' --gtest_output="json:$WORK/gtest_cuda.json"
+      --gtest_filter="$CUDA_TESTS_FILTER" --gtest_output="json:$WORK/gtest_cuda.json"
     rc1=$RC
     say "CUDA-vs-CPU tests: rc $rc1"
     run_to "$(min 60 "$((phase_cap - $(since_s "$t0")))")" "$WORK/tests_placement.log" \
@@ -405,6 +438,111 @@ if want nccl; then
     record nccl "$(status_of "$RC")" "$RC" "$t0" "mixtrain_nccl_smoke rc $RC"
   fi
 fi
+
+# --- c3. the CUDA tests under compute-sanitizer ---------------------------------------------------------
+SAN_EXIT=86 # compute-sanitizer's exit status when the program succeeded but the tool reported errors
+SAN_MIN=15  # a tool is started only with this many seconds left for it
+# Mixtrain's kernels all lie in mixtrain::kernels::cuda: this substring of their mangled names keeps
+# racecheck and synccheck off the libraries' kernels (cuBLASLt, cuDNN), which are not ours to mend.
+SAN_OWN_KERNELS='kns=8mixtrain7kernels4cuda'
+SANITIZER="" SANITIZER_VERSION="" SANITIZER_WHY=""
+# find_sanitizer: the first compute-sanitizer that runs (--version needs no GPU): MT_COMPUTE_SANITIZER
+# alone when set; else the toolkit's own next to nvcc (its version matches the driver's CUDA), the one
+# on PATH, then the copy that scripts/gpu-check-prepare.sh staged in .gpu-debs/compute-sanitizer/.
+find_sanitizer() {
+  local c out root cands=()
+  if [[ -n "${MT_COMPUTE_SANITIZER:-}" ]]; then
+    cands=("$MT_COMPUTE_SANITIZER")
+  else
+    if [[ -n "$NVCC" ]]; then
+      root="$(dirname "$(dirname "$(readlink -f "$NVCC")")")"
+      cands+=("$root/compute-sanitizer/compute-sanitizer" "$root/bin/compute-sanitizer")
+    fi
+    cands+=("$(command -v compute-sanitizer 2>/dev/null)" "$DEBS/compute-sanitizer/compute-sanitizer")
+  fi
+  SANITIZER_WHY=""
+  for c in "${cands[@]}"; do
+    [[ -n "$c" ]] || continue
+    if [[ ! -x "$c" ]]; then
+      SANITIZER_WHY+="${SANITIZER_WHY:+, }$c absent"
+      continue
+    fi
+    if out="$(timeout 30 "$c" --version 2>&1)"; then
+      SANITIZER="$c"
+      SANITIZER_VERSION="$(grep -m1 -o 'Version [0-9][0-9.]*' <<<"$out" | cut -d' ' -f2)"
+      return 0
+    fi
+    SANITIZER_WHY+="${SANITIZER_WHY:+, }$c does not run ($(tail -1 <<<"$out"))"
+  done
+  SANITIZER_WHY="no compute-sanitizer that runs (scripts/gpu-check-prepare.sh stages one; carry .gpu-debs): $SANITIZER_WHY"
+  return 1
+}
+# sanitizer_stage: one run of mixtrain_tests per tool of MT_SANITIZER_TOOLS, each recorded as its own
+# phase (memcheck, racecheck, synccheck): ok only when the run exits 0 and the tool's summary line says 0.
+sanitizer_stage() {
+  local deadline mark_of="" tool t0 cap own filter log summary first st note extra=() args=()
+  deadline="$BUDGET"
+  if ((QUICK && QUICK_LIMIT < deadline)); then
+    deadline="$QUICK_LIMIT"
+    mark_of=" (--quick's limit)"
+  fi
+  read -r -a extra <<<"${MT_SANITIZER_ARGS:-}"
+  find_sanitizer
+  for tool in memcheck racecheck synccheck; do
+    [[ ",$SAN_TOOLS," == *",$tool,"* ]] || continue
+    t0="$(now_ms)"
+    if [[ -z "$SANITIZER" ]]; then
+      record "$tool" fail 127 "$t0" "$SANITIZER_WHY"
+      continue
+    elif ((!HAVE_GPU)); then
+      record "$tool" no-gpu 0 "$t0" "no GPU (compute-sanitizer $SANITIZER_VERSION at $SANITIZER)"
+      continue
+    elif [[ ! -x "$TEST_BIN" ]]; then
+      record "$tool" skipped 0 "$t0" "no test binary at $TEST_BIN"
+      continue
+    fi
+    case "$tool" in
+      memcheck)
+        own=60
+        filter="$SAN_MEMCHECK_FILTER"
+        args=(--leak-check no)
+        ;;
+      *)
+        own=30
+        filter="$SAN_SHARED_FILTER"
+        args=(--kernel-name "$SAN_OWN_KERNELS")
+        ;;
+    esac
+    cap=$((deadline - $(elapsed_s)))
+    ((cap > own)) && cap="$own"
+    if ((cap < SAN_MIN)); then
+      record "$tool" skipped 0 "$t0" "budget spent: ${cap}s left before the ${deadline}s mark${mark_of}"
+      continue
+    fi
+    log="$WORK/san_$tool.log"
+    : >"$log"
+    run_to "$cap" "$log" "$SANITIZER" --tool "$tool" --error-exitcode "$SAN_EXIT" --print-limit 100 "${args[@]}" \
+      "${extra[@]}" "$TEST_BIN" --gtest_filter="$filter" --gtest_output="json:$WORK/gtest_san_$tool.json"
+    summary="$(grep -E '^=+ (ERROR|RACECHECK) SUMMARY: ' "$log" | sed 's/^=* //' | tail -2 | paste -sd ';' -)"
+    # The first message of the tool: a report, or an error of the tool itself ("Device not supported").
+    first="$(grep -E '^=+ [^ ]' "$log" | sed 's/^=* //' | grep -vE '^(COMPUTE-SANITIZER|(ERROR|RACECHECK) SUMMARY)' | head -1)"
+    if ((RC == 0)) && [[ -n "$summary" ]] && ! grep -qE '(ERROR|RACECHECK) SUMMARY: [1-9]' <<<"$summary"; then
+      st=ok
+    elif ((RC == 124 || RC == 137)); then
+      st=timeout
+    else
+      st=fail
+    fi
+    {
+      printf '\n===== %s: compute-sanitizer %s (%s) =====\n' "$tool" "$SANITIZER_VERSION" "$SANITIZER"
+      cat "$log"
+    } >>"$TESTS_LOG"
+    note="rc $RC"
+    ((RC == SAN_EXIT)) && note="rc $RC: the tool reported errors"
+    record "$tool" "$st" "$RC" "$t0" "$note; ${summary:-no summary line}${first:+; first: $first}; compute-sanitizer $SANITIZER_VERSION ($SANITIZER)"
+  done
+}
+if want sanitizer && ((QUICK)); then sanitizer_stage; fi
 
 # --- d. GEMM microbenchmarks -------------------------------------------------------------------------
 if want gemm; then
@@ -473,6 +611,8 @@ if want torch; then
       "batch $BATCH; $(grep -c '"status": "ok"' "$WORK/torch_eager.out") runs ok"
   fi
 fi
+# In the full check the sanitizer runs here: after the issue's targets, before torch_compile.
+if want sanitizer && ((!QUICK)); then sanitizer_stage; fi
 if want compile; then
   t0="$(now_ms)"
   if ((!HAVE_GPU)); then

@@ -15,8 +15,9 @@ except in a child process of `env` with a timeout).
       --cuda, the suites of MIXTRAIN_CUDA_SKIPPED_SUITES are excluded as well.
   gpu_summary.py summary --work WORK --out OUT [--budget S] [--quiet]
       reads WORK/phases.tsv (name, status, rc, milliseconds, note per phase) and each phase's raw
-      output in WORK, writes OUT/summary.json, OUT/tests.json (the gtest JSON reports, the NCCL smoke
-      test's among them), OUT/bench.json
+      output in WORK, writes OUT/summary.json (with "sanitizer": per compute-sanitizer tool, its test
+      counts, ERROR/RACECHECK SUMMARY numbers and first message), OUT/tests.json (the gtest JSON
+      reports, the NCCL smoke test's and those of the runs under compute-sanitizer among them), OUT/bench.json
       (mixtrain: cuda_gemm_bench and `mixtrain bench` runs), OUT/torch.json (torch_gemm.py and
       torch_gpt.py runs), and prints the table: phase, status, seconds, headline numbers; GPT-small per
       implementation and precision; the issue's targets with PASS/FAIL (n/a where a number is missing):
@@ -44,7 +45,9 @@ import time
 
 PEAK = 790.0
 GIB = float(2**30)
-PHASE_ORDER = ("inventory", "build", "tests", "nccl", "gemm", "mixtrain_gpt", "torch_eager", "torch_compile")
+PHASE_ORDER = ("inventory", "build", "tests", "nccl", "memcheck", "racecheck", "synccheck", "gemm", "mixtrain_gpt",
+               "torch_eager", "torch_compile")
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 LIB_NAMES = ("libcudnn", "libcublasLt", "libcublas", "libnccl", "libcudart", "libnvrtc")
 
 
@@ -333,6 +336,26 @@ def gtest_counts(json_path, log_path):
             "unfinished": unfinished, "error": error_line(log[-4000:]) if "(exit status" in log else None}, None
 
 
+def sanitizer_reports(text):
+    """What a compute-sanitizer run printed: the numbers of its last ERROR SUMMARY and RACECHECK
+    SUMMARY lines (None where absent: a run killed or never started) and its first message, a report or
+    an error of the tool itself. The tool's lines start with its prefix, '=========' by default."""
+    text = text or ""
+    out = {"errors": None, "hazards": None, "first": None}
+    m = re.findall(r"^=+ ERROR SUMMARY: (\d+) error", text, re.M)
+    if m:
+        out["errors"] = int(m[-1])
+    m = re.findall(r"^=+ RACECHECK SUMMARY: (\d+) hazard", text, re.M)
+    if m:
+        out["hazards"] = int(m[-1])
+    for line in text.splitlines():
+        m = re.match(r"=+ (\S.*)$", line)
+        if m and not re.match(r"COMPUTE-SANITIZER|(ERROR|RACECHECK) SUMMARY", m.group(1)):
+            out["first"] = m.group(1).strip()[:300]
+            break
+    return out
+
+
 def find_gemm_records(obj, out):
     if isinstance(obj, dict):
         if all(k in obj for k in ("m", "n", "k")):
@@ -456,6 +479,18 @@ def cmd_summary(a):
             counts["filter"] = label
             tests[key] = counts
         reports[key] = rep
+    # the CUDA tests under compute-sanitizer
+    sanitizer = {}
+    for tool in SANITIZER_TOOLS:
+        log_path = os.path.join(work, "san_%s.log" % tool)
+        text = read_text(log_path)
+        if text is None:
+            continue
+        counts, rep = gtest_counts(os.path.join(work, "gtest_san_%s.json" % tool), log_path)
+        entry = sanitizer_reports(text)
+        entry["tests"] = counts
+        sanitizer[tool] = entry
+        reports["sanitizer_" + tool] = rep
     if any(v is not None for v in reports.values()):
         with open(os.path.join(outdir, "tests.json"), "w") as f:
             json.dump(reports, f)
@@ -552,6 +587,23 @@ def cmd_summary(a):
         heads["nccl"] = "NcclSmoke %d/%d passed, %d failed, %d skipped%s" % (
             c["passed"], c["total"], c["failed"], c["skipped"],
             " (unfinished: %s)" % c["unfinished"] if c.get("unfinished") else "")
+    for tool, e in sanitizer.items():
+        sp = []
+        c = e.get("tests")
+        if c and c["total"]:
+            sp.append("%d/%d tests passed, %d failed%s" % (c["passed"], c["total"], c["failed"],
+                                                          " (unfinished: %s)" % c["unfinished"] if c.get("unfinished") else ""))
+        elif c is not None:
+            sp.append("no tests ran")
+        if e["errors"] is not None:
+            sp.append("%d error%s" % (e["errors"], "" if e["errors"] == 1 else "s"))
+        if e["hazards"] is not None:
+            sp.append("%d hazard%s" % (e["hazards"], "" if e["hazards"] == 1 else "s"))
+        if e["errors"] is None and e["hazards"] is None:
+            sp.append("no summary line")
+        if e["first"]:
+            sp.append("first: " + e["first"])
+        heads[tool] = "; ".join(sp)
     gparts = []
     for label, g in (("mixtrain", mt_gemm), ("torch", th_gemm)):
         b = g.get("bf16") or {}
@@ -599,6 +651,7 @@ def cmd_summary(a):
         "phases_total_s": round(total, 1),
         "phases": phases,
         "tests": tests,
+        "sanitizer": sanitizer,
         "gemm": {"mixtrain": mt_gemm, "torch": th_gemm, "peak_ref_tflops": PEAK},
         "gpt_small": {"mixtrain": {p: slim(r) for p, r in mt_gpt.items()},
                       "torch_eager": {p: slim(r) for p, r in th_runs["eager"].items()},
