@@ -1,7 +1,9 @@
 # The device backends: every folder of src/backends/ (docs/notes/backends.md). A folder holds
-#   backend.cmake   run here with BACKEND_DIR set: sets BACKEND_ENABLED (ON unless it says otherwise)
-#                   and, when enabled, configures the mixtrain target for itself (libraries,
-#                   definitions, per-file flags); may add to BACKEND_ALWAYS_BUILT (files compiled
+#   backend.cmake   run here with BACKEND_DIR and BACKEND_TARGET set: sets BACKEND_ENABLED (ON unless it
+#                   says otherwise) and, when enabled, configures its own target, BACKEND_TARGET
+#                   (definitions, include folders, per-file flags), and lists in BACKEND_LIBRARIES the
+#                   libraries it needs (compiled against by its target, linked into mixtrain); may add
+#                   to BACKEND_ALWAYS_BUILT (files compiled
 #                   even when the backend is off; descriptor.cpp always is) and BACKEND_EXCLUDE
 #                   (regexes of its files not to build); sets BACKEND_COLLECTIVES ON when the build
 #                   includes its device collectives (core/device_collectives.h: CUDA's NCCL)
@@ -9,8 +11,12 @@
 #   the rest        its memory side (mixtrain::<name>::backend()), with BACKEND_COLLECTIVES its device
 #                   collectives (mixtrain::<name>::device_collectives()) and, under kernels/, its kernels
 #                   (mixtrain::kernels::register_<name>(Registry&))
-# Files under kernels/ are in the kernels layer, the rest in core (cmake/Layers.cmake). This file
-# adds the sources and generates the two lists the library reads: the descriptors and memory sides
+# Each backend is a library target of its own, mixtrain_backend_<name> (an object library whose
+# objects mixtrain holds), so that what one backend needs -- its definitions, its include folders (the
+# CUDA-on-host headers), its vendor libraries -- reaches its own files and no others. Files under
+# kernels/ are in the kernels layer, the rest in core, and each backend is a layer apart from the
+# others (cmake/Layers.cmake: no backend includes another's headers or uses its symbols, and nothing
+# outside src/backends/ includes a backend's). This file adds the targets and generates the two lists the library reads: the descriptors and memory sides
 # (core) and the kernel registrations (kernels). The CPU comes first: other backends may wrap its
 # kernels (the checked device does).
 file(GLOB backend_names LIST_DIRECTORIES true RELATIVE ${PROJECT_SOURCE_DIR}/src/backends
@@ -20,6 +26,7 @@ list(REMOVE_ITEM backend_names cpu)
 list(PREPEND backend_names cpu)
 set(MIXTRAIN_BACKENDS "")
 set(MIXTRAIN_BACKENDS_BUILT "")
+set(MIXTRAIN_BACKEND_OBJECTS "")  # their objects, one per line, for the link-level layer check
 set(decls "")
 set(memory_fns "")
 set(entries "")
@@ -34,6 +41,11 @@ foreach(name IN LISTS backend_names)
     message(FATAL_ERROR "src/backends/${name}: a backend folder has a lower-case name and holds backend.cmake "
                         "and descriptor.cpp (docs/notes/backends.md)")
   endif()
+  set(BACKEND_TARGET mixtrain_backend_${name})
+  add_library(${BACKEND_TARGET} OBJECT)
+  target_link_libraries(${BACKEND_TARGET} PRIVATE mixtrain_compile_settings)
+  set_target_properties(${BACKEND_TARGET} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  set(BACKEND_LIBRARIES "")
   set(BACKEND_ENABLED ON)
   set(BACKEND_ALWAYS_BUILT descriptor.cpp)
   set(BACKEND_EXCLUDE "")
@@ -68,7 +80,13 @@ foreach(name IN LISTS backend_names)
     string(APPEND entries "      {&::mixtrain::${name}::descriptor(), nullptr},\n")
   endif()
   string(APPEND decls "}  // namespace ${name}\n")
-  target_sources(mixtrain PRIVATE ${sources})
+  target_sources(${BACKEND_TARGET} PRIVATE ${sources})
+  if(BACKEND_LIBRARIES)
+    target_link_libraries(${BACKEND_TARGET} PRIVATE ${BACKEND_LIBRARIES})
+    target_link_libraries(mixtrain PRIVATE ${BACKEND_LIBRARIES})
+  endif()
+  target_sources(mixtrain PRIVATE $<TARGET_OBJECTS:${BACKEND_TARGET}>)
+  string(APPEND MIXTRAIN_BACKEND_OBJECTS "$<JOIN:$<TARGET_OBJECTS:${BACKEND_TARGET}>,\n>\n")
 endforeach()
 message(STATUS "mixtrain backends: ${MIXTRAIN_BACKENDS_BUILT} (of ${MIXTRAIN_BACKENDS})")
 

@@ -1,6 +1,7 @@
 # The link-level half of the layer check (docs/notes/layers.md): fails when an object file of one
 # layer refers to a symbol that only a higher layer defines (a function declared low and defined
-# high is a loop at link time even when every include goes down). Runs after the library is built.
+# high is a loop at link time even when every include goes down), or to a symbol that only another
+# backend defines (each backend is a layer apart). Runs after the library is built.
 #   cmake -DSOURCE_DIR=<repo> -DOBJECTS_FILE=<file listing the library's objects> -DNM=<nm> -P cmake/CheckLinkLayers.cmake
 # An object's layer is its source's: "<...>/mixtrain.dir/src/..." as in Layers.cmake, and a source
 # that CMake generates ("<...>/mixtrain.dir/generated/<layer>/...") the layer its folder names.
@@ -11,7 +12,7 @@ set(map "")
 set(unplaced "")
 foreach(obj IN LISTS objects)
   string(REPLACE "/./" "/" rel "${obj}")
-  string(REGEX REPLACE "^.*/mixtrain\\.dir/" "" rel "${rel}")
+  string(REGEX REPLACE "^.*/mixtrain(_backend_[a-z0-9_]+)?\\.dir/" "" rel "${rel}")
   string(REGEX REPLACE "^generated/" "src/" rel "${rel}")
   layer_of("${rel}" layer)
   if(layer STREQUAL "")
@@ -19,7 +20,11 @@ foreach(obj IN LISTS objects)
     continue()
   endif()
   list(FIND LAYERS ${layer} rank)
-  string(APPEND map "${obj} ${rank} ${layer}\n")
+  backend_of("${rel}" backend)
+  if(backend STREQUAL "")
+    set(backend "-")
+  endif()
+  string(APPEND map "${obj} ${rank} ${layer} ${backend}\n")
 endforeach()
 if(unplaced)
   list(JOIN unplaced "\n  " text)

@@ -48,3 +48,18 @@ function(layer_of rel out)
   set(${out} "${result}" PARENT_SCOPE)
 endfunction()
 
+
+# The backend a path belongs to ("cpu" for "src/backends/cpu/..."), or "" outside src/backends/.
+# Each backend is a layer apart: its files may include their own backend's headers and the layers'
+# (by rank, as above), never another backend's; no file outside src/backends/ includes a backend's.
+# Generated sources ("src/core/builtin_backends_list.cpp" and "src/kernels/builtin_kernels_list.cpp",
+# cmake/Backends.cmake) are the one place that names every backend: they count as part of all.
+function(backend_of rel out)
+  set(result "")
+  if(rel MATCHES "^src/backends/([a-z0-9_]+)/")
+    set(result ${CMAKE_MATCH_1})
+  elseif(rel MATCHES "^src/(core/builtin_backends_list|kernels/builtin_kernels_list)\\.cpp")
+    set(result "*")
+  endif()
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()

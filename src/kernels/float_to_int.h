@@ -14,11 +14,7 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#define MT_HOST_DEVICE __host__ __device__
-#else
-#define MT_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace mixtrain::kernels {
 

@@ -14,9 +14,13 @@
 // fp32 storage), and 16-bit outputs are rounded once, to nearest even.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstdint>
+#include <tuple>
 #include <vector>
+
+#include "core/field_count.h"
 
 #include "kernels/dispatch.h"
 #include "mixtrain/dtype.h"
@@ -101,10 +105,26 @@ struct SgdHyper {
   float inv_scale = 1.0f;
 };
 
+// The tensors of one parameter's update are declared from one list (MT_*_TENSOR_MEMBERS), which also
+// gives tensors(): every tensor member, for code that must see each one (the checked device's
+// placement guard). Non-tensor members are counted in kOtherMembers, and a static_assert compares
+// both with the compiler's count of members, so a member added outside the list fails the build.
+#define MT_DECLARE_TENSOR_MEMBER(name) Tensor name;
+#define MT_TENSOR_MEMBER_ADDRESS(name) &name,
+
+// momentum_buffer: undefined when momentum == 0.
+#define MT_SGD_TENSOR_MEMBERS(X) X(param) X(grad) X(master) X(master_low) X(momentum_buffer)
+
 struct SgdTensors {
-  Tensor param, grad, master, master_low, momentum_buffer;  // momentum_buffer undefined when momentum == 0
-  bool first_step = false;                                  // the buffer is initialised to the gradient
+  MT_SGD_TENSOR_MEMBERS(MT_DECLARE_TENSOR_MEMBER)
+  bool first_step = false;  // the buffer is initialised to the gradient
+  static constexpr size_t kOtherMembers = 1;
+
+  auto tensors() const { return std::array{MT_SGD_TENSOR_MEMBERS(MT_TENSOR_MEMBER_ADDRESS)}; }
 };
+static_assert(aggregate_field_count<SgdTensors>() ==
+                  std::tuple_size_v<decltype(SgdTensors{}.tensors())> + SgdTensors::kOtherMembers,
+              "a member of SgdTensors is missing from MT_SGD_TENSOR_MEMBERS or from kOtherMembers");
 
 using SgdStepFn = void(const std::vector<SgdTensors>& tensors, const SgdHyper& h);
 MT_KERNEL_TABLE(DispatchTable<SgdStepFn>, sgd_step_table, "sgd step");
@@ -120,17 +140,26 @@ struct AdamHyper {
   uint64_t rounding_seed = 0;  // see rounding_key
 };
 
+// max_exp_avg_sq: only with amsgrad. kahan_comp: a bf16 parameter without a master keeps the bf16
+// compensation of a Kahan-compensated update (what the parameter should hold beyond its value; added
+// to the next update, the new rounding error kept).
+#define MT_ADAM_TENSOR_MEMBERS(X) \
+  X(param) X(grad) X(master) X(master_low) X(exp_avg) X(exp_avg_sq) X(max_exp_avg_sq) X(kahan_comp)
+
 struct AdamTensors {
-  Tensor param, grad, master, master_low, exp_avg, exp_avg_sq, max_exp_avg_sq;  // max_exp_avg_sq only with amsgrad
-  // bf16 parameter without a master: the bf16 compensation of a Kahan-compensated update (what the
-  // parameter should hold beyond its value; added to the next update, the new rounding error kept).
-  Tensor kahan_comp;
+  MT_ADAM_TENSOR_MEMBERS(MT_DECLARE_TENSOR_MEMBER)
   int64_t step = 0;     // this parameter's step count, already incremented for this update
   uint32_t stream = 0;  // the parameter's Philox stream for stochastic rounding (its flat index)
   // The position of element 0 in that stream: 0, or a view's offset within the parameter it is part
   // of (a ZeRO-1 shard), so that an element draws the same bits sharded or not.
   int64_t first_element = 0;
+  static constexpr size_t kOtherMembers = 3;
+
+  auto tensors() const { return std::array{MT_ADAM_TENSOR_MEMBERS(MT_TENSOR_MEMBER_ADDRESS)}; }
 };
+static_assert(aggregate_field_count<AdamTensors>() ==
+                  std::tuple_size_v<decltype(AdamTensors{}.tensors())> + AdamTensors::kOtherMembers,
+              "a member of AdamTensors is missing from MT_ADAM_TENSOR_MEMBERS or from kOtherMembers");
 
 // One pass over each element: every input is read once and every output written once, 16 lanes at a
 // time when cpu::isa() (mixtrain/cpu.h) allows AVX-512, 8 with AVX2, else in blocks through fp32

@@ -1,6 +1,6 @@
 # The CPU backend: always built. Its GEMMs and convolutions are oneDNN's (kernels/onednn/).
 find_package(dnnl REQUIRED)
-target_link_libraries(mixtrain PRIVATE DNNL::dnnl)
+list(APPEND BACKEND_LIBRARIES DNNL::dnnl)
 # The attention GEMM's portable path spends its time in one short rank-1-update loop; where the
 # linker happens to place it decides whether it straddles a 64-byte fetch line, which moved the
 # GPT step by 12-19% on a Zen 3 between two builds of identical object code. Aligned loop heads

@@ -17,31 +17,31 @@ endif()
 if(NOT MIXTRAIN_WITH_NCCL)  # files named *_nccl.cpp need NCCL too (cmake/Nccl.cmake)
   list(APPEND BACKEND_EXCLUDE "_nccl\\.(cpp|cu)$")
 endif()
-# CUDA stays out of the public headers: consumers see only Device{kCUDA}.
-target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_CUDA=1)
+# CUDA stays out of the public headers and out of every other target: consumers see only Device{kCUDA}.
+target_compile_definitions(${BACKEND_TARGET} PRIVATE MIXTRAIN_WITH_CUDA=1)
 if(MIXTRAIN_CUDA_ON_HOST)
   # The same sources, compiled as C++ against host/include's cuda_runtime.h, cuda_fp16.h, cuda_bf16.h,
   # mma.h and cublasLt.h. No contraction into FMAs anywhere (optim.cu's --fmad=false, and the CPU's).
   file(GLOB_RECURSE _mt_cu CONFIGURE_DEPENDS ${BACKEND_DIR}/*.cu)
   set_source_files_properties(${_mt_cu} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-ffp-contract=off;-Wno-unknown-pragmas")
-  target_include_directories(mixtrain BEFORE PRIVATE ${BACKEND_DIR}/host/include)
-  target_compile_definitions(mixtrain PRIVATE MIXTRAIN_CUDA_ON_HOST=1)
+  target_include_directories(${BACKEND_TARGET} BEFORE PRIVATE ${BACKEND_DIR}/host/include)
+  target_compile_definitions(${BACKEND_TARGET} PRIVATE MIXTRAIN_CUDA_ON_HOST=1)
   return()
 endif()
 if(MIXTRAIN_WITH_CUDNN)
   # Before the toolkit: cuDNN's include dir must win over a toolkit dir holding another cuDNN.
-  target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_CUDNN=1)
-  target_link_libraries(mixtrain PRIVATE mixtrain::cudnn)
+  target_compile_definitions(${BACKEND_TARGET} PRIVATE MIXTRAIN_WITH_CUDNN=1)
+  list(APPEND BACKEND_LIBRARIES mixtrain::cudnn)
 endif()
 if(MIXTRAIN_WITH_NCCL)
   # The device collectives (core/device_collectives.h) of collectives_nccl.cpp, listed for
   # cmake/Backends.cmake.
   set(BACKEND_COLLECTIVES ON)
-  target_compile_definitions(mixtrain PRIVATE MIXTRAIN_WITH_NCCL=1)
-  target_link_libraries(mixtrain PRIVATE mixtrain::nccl)
+  target_compile_definitions(${BACKEND_TARGET} PRIVATE MIXTRAIN_WITH_NCCL=1)
+  list(APPEND BACKEND_LIBRARIES mixtrain::nccl)
 endif()
-target_link_libraries(mixtrain PRIVATE CUDA::cudart CUDA::cublasLt)
-target_compile_options(mixtrain PRIVATE
+list(APPEND BACKEND_LIBRARIES CUDA::cudart CUDA::cublasLt)
+target_compile_options(${BACKEND_TARGET} PRIVATE
   "$<$<COMPILE_LANGUAGE:CUDA>:--extended-lambda;--expt-relaxed-constexpr;-Xcompiler=-Wall;-Xcompiler=-Wno-unused-parameter>")
 # The optimizer and scaler kernels perform the CPU kernels' IEEE operations in the same order:
 # no contraction into FMAs, so that a step gives the same bits on both devices.

@@ -30,13 +30,11 @@ void require_checked(const char* op, const std::vector<Tensor>& ts) {
 }
 void require_checked(const char* op, const std::vector<SgdTensors>& ts) {
   for (const SgdTensors& t : ts)
-    for (const Tensor* x : {&t.param, &t.grad, &t.master, &t.master_low, &t.momentum_buffer}) require_checked(op, *x);
+    for (const Tensor* x : t.tensors()) require_checked(op, *x);
 }
 void require_checked(const char* op, const std::vector<AdamTensors>& ts) {
   for (const AdamTensors& t : ts)
-    for (const Tensor* x : {&t.param, &t.grad, &t.master, &t.master_low, &t.exp_avg, &t.exp_avg_sq,
-                            &t.max_exp_avg_sq, &t.kahan_comp})
-      require_checked(op, *x);
+    for (const Tensor* x : t.tensors()) require_checked(op, *x);
 }
 template <typename T>
 void require_checked(const char*, const T&) {}  // scalars and parameter structs

@@ -20,24 +20,8 @@ namespace mixtrain::kernels::adam {
 using namespace optim_blocks;
 
 AdamScalars adam_scalars(const AdamHyper& h, int64_t t) {
-  const double step = static_cast<double>(t);
-  AdamScalars c{};
-  c.neg_step_size = static_cast<float>(-(h.lr / (1.0 - std::pow(h.beta1, step))));
-  c.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(h.beta2, step)));
-  c.w = static_cast<float>(1.0 - h.beta1);  // lerp weight
-  c.one_minus_w = 1.0f - c.w;
-  c.lerp_low = std::abs(c.w) < 0.5f;  // ATen's lerp picks its formula by |weight|
-  c.b2 = static_cast<float>(h.beta2);
-  c.one_minus_b2 = static_cast<float>(1.0 - h.beta2);
-  c.eps = static_cast<float>(h.eps);
-  c.wd = static_cast<float>(h.weight_decay);
-  c.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
-  c.inv = h.inv_scale;
-  c.decoupled = h.decoupled_weight_decay;
-  c.amsgrad = h.amsgrad;
-  return c;
+  return AdamScalars{adam_constants(h), adam_bias_correction(h, t)};
 }
-
 
 namespace {
 #if MT_X86_TARGETS

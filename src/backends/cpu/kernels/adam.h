@@ -9,16 +9,15 @@
 #include <cstdint>
 
 #include "kernels/optim.h"
+#include "kernels/optim_formulas.h"
 #include "mixtrain/half.h"
 
 namespace mixtrain::kernels::adam {
 
 // The fp32 scalars of one Adam step of one parameter. Host scalars in double (Python floats in
 // PyTorch), rounded to fp32 where the tensor op would.
-struct AdamScalars {
-  float neg_step_size, bc2_sqrt, w, one_minus_w, b2, one_minus_b2, eps, wd, decay, inv;
-  bool lerp_low, decoupled, amsgrad;
-};
+// Adam's constants for one parameter's update (kernels/optim_formulas.h, shared with the CUDA kernel).
+struct AdamScalars : AdamConstants, AdamBiasCorrection {};
 
 AdamScalars adam_scalars(const AdamHyper& h, int64_t t);
 

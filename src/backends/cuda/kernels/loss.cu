@@ -1,6 +1,7 @@
 // CUDA kernels of the losses (kernels/loss.h): cross_entropy / nll_loss and the pointwise losses
 // (mse_loss, binary_cross_entropy, binary_cross_entropy_with_logits), forward and backward. The
-// formulas are the CPU kernels' (src/backends/cpu/kernels/loss.cpp, loss_pointwise.cpp).
+// cross-entropy formulas are the CPU kernels' (src/backends/cpu/kernels/loss.cpp); the pointwise
+// losses' come from the header both devices include (kernels/loss_formulas.h).
 //
 // Precision: fp32 math (fp64 for fp64), 16-bit values widened once, one rounding on store; each
 // cross-entropy row keeps (max, log-sum-exp) in the opmath dtype for backward. Determinism: a row's
@@ -15,6 +16,7 @@
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/register.h"
 #include "kernels/loss.h"
+#include "kernels/loss_formulas.h"
 #include "kernels/shape_ops.h"
 
 namespace mixtrain::kernels::cuda {
@@ -213,80 +215,27 @@ struct ClassLossBwd {
   }
 };
 
-// ---- pointwise losses: value(x, t) and the derivatives dx, dt, as in the CPU file.
-template <typename C>
-__device__ __forceinline__ C max_keep_nan(C a, C b) {
-  return a < b ? b : a;  // std::max(a, b): a NaN `a` is returned
-}
-
-struct Mse {
-  static constexpr bool kProbabilities = false;
+// ---- pointwise losses: the formulas are kernels/loss_formulas.h's (shared with the CPU kernels);
+// the elementary functions are CUDA's (host-callable too, so that the formulas' host-device
+// templates may be instantiated for either side).
+struct DeviceMath {
   template <typename C>
-  __device__ static C value(C x, C t) {
-    return (x - t) * (x - t);
+  __host__ __device__ static C log(C x) {
+    return ::log(x);
   }
   template <typename C>
-  __device__ static C dx(C x, C t) {
-    return C(2) * (x - t);
+  __host__ __device__ static C log1p(C x) {
+    return ::log1p(x);
   }
   template <typename C>
-  __device__ static C dt(C x, C t) {
-    return C(2) * (t - x);
+  __host__ __device__ static C exp(C x) {
+    return ::exp(x);
+  }
+  template <typename C>
+  __host__ __device__ static C abs(C x) {
+    return ::fabs(x);
   }
 };
-
-struct Bce {
-  static constexpr bool kProbabilities = true;
-  // Both logs clamped at -100, as in PyTorch.
-  template <typename C>
-  __device__ static C log_p(C p) {
-    return max_keep_nan(log(p), C(-100));
-  }
-  template <typename C>
-  __device__ static C log_1mp(C p) {
-    return max_keep_nan(log1p(-p), C(-100));
-  }
-  template <typename C>
-  __device__ static C value(C p, C t) {
-    return -(t * log_p(p) + (C(1) - t) * log_1mp(p));
-  }
-  template <typename C>
-  __device__ static C dx(C p, C t) {
-    return (p - t) / max_keep_nan((C(1) - p) * p, C(1e-12));
-  }
-  template <typename C>
-  __device__ static C dt(C p, C t) {
-    return log_1mp(p) - log_p(p);
-  }
-};
-
-struct BceWithLogits {
-  static constexpr bool kProbabilities = false;
-  template <typename C>
-  __device__ static C value(C x, C t) {
-    return (C(1) - t) * x + max_keep_nan(-x, C(0)) + log1p(exp(-fabs(x)));
-  }
-  template <typename C>
-  __device__ static C dx(C x, C t) {
-    const C e = exp(-fabs(x));
-    const C sig = x >= C(0) ? C(1) / (C(1) + e) : e / (C(1) + e);
-    return sig - t;
-  }
-  template <typename C>
-  __device__ static C dt(C x, C t) {
-    return -x;
-  }
-};
-
-template <typename F>
-decltype(auto) dispatch_loss(PointwiseLoss loss, F&& f) {
-  switch (loss) {
-    case PointwiseLoss::kMse: return f.template operator()<Mse>();
-    case PointwiseLoss::kBce: return f.template operator()<Bce>();
-    case PointwiseLoss::kBceWithLogits: return f.template operator()<BceWithLogits>();
-  }
-  MT_INTERNAL_ASSERT(false, "unknown pointwise loss");
-}
 
 template <typename Loss, typename T>
 int64_t pointwise_forward(const Tensor& input, const Tensor& target, const Tensor& out, Reduction reduction) {
@@ -314,14 +263,14 @@ int64_t pointwise_forward(const Tensor& input, const Tensor& target, const Tenso
   }
   if (reduction == Reduction::kNone) {
     for_each_index(device, n, [=] __device__(int64_t i) {
-      po[i] = round_to<D>(Loss::value(static_cast<C>(load(px + i)), static_cast<C>(load(pt + i))));
+      po[i] = round_to<D>(Loss::template value<DeviceMath>(static_cast<C>(load(px + i)), static_cast<C>(load(pt + i))));
     }, "pointwise loss");
     return -1;
   }
   DeviceScratch part(device, sizeof(C) * kMaxSumBlocks);
   C* pp = part.as<C>();
   partial_sums<C>(device, n, [=] __device__(int64_t i) {
-    return Loss::value(static_cast<C>(load(px + i)), static_cast<C>(load(pt + i)));
+    return Loss::template value<DeviceMath>(static_cast<C>(load(px + i)), static_cast<C>(load(pt + i)));
   }, pp, "pointwise loss");
   const int blocks = sum_blocks(n);
   const bool mean = reduction == Reduction::kMean;
@@ -354,8 +303,8 @@ void pointwise_backward(const Tensor& input, const Tensor& target, const Tensor&
       const C g0 = load(pg);
       g = mean ? g0 / count : g0;
     }
-    if (pgx != nullptr) pgx[i] = round_to<D>(Loss::dx(x, t) * g);
-    if (pgt != nullptr) pgt[i] = round_to<D>(Loss::dt(x, t) * g);
+    if (pgx != nullptr) pgx[i] = round_to<D>(Loss::template dx<DeviceMath>(x, t) * g);
+    if (pgt != nullptr) pgt[i] = round_to<D>(Loss::template dt<DeviceMath>(x, t) * g);
   }, "pointwise loss backward");
 }
 
@@ -363,7 +312,7 @@ template <typename T>
 struct PointwiseLossFwd {
   static int64_t run(PointwiseLoss loss, const Tensor& input, const Tensor& target, const Tensor& out,
                      Reduction reduction) {
-    return dispatch_loss(loss, [&]<typename Loss>() { return pointwise_forward<Loss, T>(input, target, out, reduction); });
+    return loss_formulas::dispatch(loss, [&]<typename Loss>() { return pointwise_forward<Loss, T>(input, target, out, reduction); });
   }
 };
 
@@ -371,7 +320,7 @@ template <typename T>
 struct PointwiseLossBwd {
   static void run(PointwiseLoss loss, const Tensor& input, const Tensor& target, const Tensor& gy, const Tensor& gx,
                   const Tensor& gt, Reduction reduction) {
-    dispatch_loss(loss, [&]<typename Loss>() { pointwise_backward<Loss, T>(input, target, gy, gx, gt, reduction); });
+    loss_formulas::dispatch(loss, [&]<typename Loss>() { pointwise_backward<Loss, T>(input, target, gy, gx, gt, reduction); });
   }
 };
 

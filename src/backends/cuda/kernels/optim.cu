@@ -15,6 +15,7 @@
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/register.h"
 #include "kernels/optim.h"
+#include "kernels/optim_formulas.h"
 
 namespace mixtrain::kernels::cuda {
 namespace {
@@ -184,13 +185,8 @@ __device__ __forceinline__ void store_param(const ParamSlot& p, int64_t i, float
   static_cast<D*>(p.param)[i] = round_to<D>(x);
 }
 
-struct AdamConsts {
-  float w, one_minus_w, b2, one_minus_b2, eps, wd, decay, inv;
-  bool lerp_low, decoupled, amsgrad;
-};
-
 template <typename D, typename M>
-__global__ void adam_kernel(ParamList list, AdamConsts c) {
+__global__ void adam_kernel(ParamList list, AdamConstants c) {
   const int s = slot_of_block(list, blockIdx.x);
   const ParamSlot& p = list.slot[s];
   const int64_t begin = (blockIdx.x - list.first_block[s]) * kChunk;
@@ -305,18 +301,7 @@ void dispatch_param(DType dtype, F&& f) {
 
 void adam_step_cuda(const std::vector<AdamTensors>& tensors, const AdamHyper& h) {
   const Device device = tensors.front().param.device();
-  AdamConsts c{};
-  c.w = static_cast<float>(1.0 - h.beta1);
-  c.one_minus_w = 1.0f - c.w;
-  c.lerp_low = std::abs(c.w) < 0.5f;
-  c.b2 = static_cast<float>(h.beta2);
-  c.one_minus_b2 = static_cast<float>(1.0 - h.beta2);
-  c.eps = static_cast<float>(h.eps);
-  c.wd = static_cast<float>(h.weight_decay);
-  c.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
-  c.inv = h.inv_scale;
-  c.decoupled = h.decoupled_weight_decay;
-  c.amsgrad = h.amsgrad;
+  const AdamConstants c = adam_constants(h);  // kernels/optim_formulas.h: the CPU's values
   // The CUDA kernel rounds every store to nearest: the stochastic and Kahan modes of bf16 parameters
   // without masters and a bf16 second moment run on the CPU only so far.
   for (const AdamTensors& t : tensors) {
@@ -340,9 +325,9 @@ void adam_step_cuda(const std::vector<AdamTensors>& tensors, const AdamHyper& h)
         s.m = t->exp_avg.raw_data();
         s.v = static_cast<float*>(t->exp_avg_sq.raw_data());
         s.vmax = h.amsgrad ? static_cast<float*>(t->max_exp_avg_sq.raw_data()) : nullptr;
-        const double step = static_cast<double>(t->step);
-        s.neg_step_size = static_cast<float>(-(h.lr / (1.0 - std::pow(h.beta1, step))));
-        s.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(h.beta2, step)));
+        const AdamBiasCorrection bc = adam_bias_correction(h, t->step);
+        s.neg_step_size = bc.neg_step_size;
+        s.bc2_sqrt = bc.bc2_sqrt;
         return s;
       };
       dispatch_param(pd, [&]<typename D>() {
