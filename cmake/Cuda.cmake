@@ -7,16 +7,20 @@
 # (Ampere) and sm_90 (Hopper) as machine code, plus PTX of sm_90 for newer GPUs.
 #   MIXTRAIN_CUDA=HOST  the backend's own sources compiled by the C++ compiler against the project's
 #                       CUDA-on-host layer (src/backends/cuda/host/): no toolkit, no GPU; sanitizers
-#                       allowed; cuDNN and NCCL off (docs/cuda.md, "CUDA on the host")
+#                       allowed; cuDNN's convolution API from the host layer (no library), NCCL off
+#                       (docs/cuda.md, "CUDA on the host")
 include(${CMAKE_CURRENT_LIST_DIR}/TristateOption.cmake)
 set(MIXTRAIN_CUDA_ON_HOST FALSE)
 if(MIXTRAIN_CUDA STREQUAL "HOST")
   set(MIXTRAIN_WITH_CUDA TRUE)
   set(MIXTRAIN_CUDA_ON_HOST TRUE)
+  # MIXTRAIN_WITH_CUDNN means "links cuDNN" (the imported target, the package config's dependency):
+  # FALSE here. conv2d's cuDNN kernels still build, against src/backends/cuda/host/cudnn_host.cpp
+  # (src/backends/cuda/backend.cmake defines MIXTRAIN_WITH_CUDNN=1 for the backend's own sources).
   set(MIXTRAIN_WITH_CUDNN FALSE)
   set(MIXTRAIN_WITH_NCCL FALSE)
   message(STATUS "mixtrain: CUDA backend ON, on the host (MIXTRAIN_CUDA=HOST: kernels run as fibers on the CPU; "
-                 "cuDNN and NCCL off)")
+                 "cuDNN's convolution API on the host; NCCL off)")
   return()
 endif()
 mt_tristate_option(MIXTRAIN_CUDA "Build the CUDA backend: AUTO (when the toolkit is found), ON (required) or OFF" _mt_cuda_mode)

@@ -11,7 +11,8 @@ endif()
 if(NOT BACKEND_ENABLED)
   return()
 endif()
-if(NOT MIXTRAIN_WITH_CUDNN)  # files named *_cudnn.cpp need cuDNN too (cmake/Cudnn.cmake)
+# Files named *_cudnn.cpp need cuDNN too (cmake/Cudnn.cmake), or on the host its API from host/.
+if(NOT MIXTRAIN_WITH_CUDNN AND NOT MIXTRAIN_CUDA_ON_HOST)
   list(APPEND BACKEND_EXCLUDE "_cudnn\\.(cpp|cu)$")
 endif()
 if(NOT MIXTRAIN_WITH_NCCL)  # files named *_nccl.cpp need NCCL too (cmake/Nccl.cmake)
@@ -26,6 +27,12 @@ if(MIXTRAIN_CUDA_ON_HOST)
   set_source_files_properties(${_mt_cu} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-ffp-contract=off;-Wno-unknown-pragmas")
   target_include_directories(${BACKEND_TARGET} BEFORE PRIVATE ${BACKEND_DIR}/host/include)
   target_compile_definitions(${BACKEND_TARGET} PRIVATE MIXTRAIN_CUDA_ON_HOST=1)
+  # cuDNN's legacy convolution API from host/cudnn_host.cpp (host/include/cudnn.h): conv_cudnn.cpp is
+  # built and registered as in a cuDNN build. No library is linked and MIXTRAIN_WITH_CUDNN stays FALSE
+  # for CMake (cmake/Cuda.cmake), so the installed package config claims no cuDNN; the definition
+  # reaches this target's sources only. Its reference convolution contracts nothing into FMAs either.
+  target_compile_definitions(${BACKEND_TARGET} PRIVATE MIXTRAIN_WITH_CUDNN=1)
+  set_source_files_properties(${BACKEND_DIR}/host/cudnn_host.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
   return()
 endif()
 if(MIXTRAIN_WITH_CUDNN)
