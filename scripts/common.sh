@@ -58,6 +58,22 @@ mt_install_packages() {
   fi
 }
 
+# The AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/, or $MT_ASAN_BUILD_DIR) of
+# scripts/test.sh --sanitize and scripts/test-cuda-host.sh: the same directory and options for both,
+# so that neither rebuilds what the other built. The CUDA backend is executed on the host there
+# (-DMIXTRAIN_CUDA=HOST), so its kernels and runtime calls run under both sanitizers. -O1: the
+# instrumented build compiles and runs several times faster than at -O2 with full debug information;
+# -g1 keeps line numbers in the reports. Every report fails the test that hits it.
+mt_use_sanitizer_build() {
+  MT_BUILD_DIR="${MT_ASAN_BUILD_DIR:-$MT_ROOT/build-asan}"
+  MT_BUILD_TYPE=RelWithDebInfo
+  MT_CMAKE_OPTIONS=(-DMIXTRAIN_BUILD_TESTS=ON -DMIXTRAIN_BUILD_EXAMPLES=ON -DMIXTRAIN_BUILD_BENCH=ON
+    -DMIXTRAIN_BUILD_CLI=ON "-DMIXTRAIN_SANITIZE=address,undefined" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
+    -DMIXTRAIN_CUDA=HOST)
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+}
+
 # Configures a Release build in $MT_BUILD_DIR (Ninja, ccache when present) and builds the given
 # targets (everything when none are given).
 mt_build() {
@@ -69,7 +85,15 @@ mt_build() {
   fi
   local args=(-S "$MT_ROOT" -B "$MT_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${MT_BUILD_TYPE:-Release}"
     "${MT_CMAKE_OPTIONS[@]}")
-  if command -v ccache >/dev/null 2>&1; then args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+  if command -v ccache >/dev/null 2>&1; then
+    args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    # Paths relative to the checkout, and no build directory in the hash of -g objects: a second
+    # clone (CI's) reuses the objects of the first.
+    export CCACHE_BASEDIR="$MT_ROOT" CCACHE_NOHASHDIR=true
+  fi
+  # MT_CUDA_ARCHITECTURES: the GPUs to compile CUDA code for (CMake's list; default sm_80 and sm_90
+  # machine code and sm_90 PTX, cmake/Cuda.cmake). CI compiles for one: 90-real.
+  if [[ -n "${MT_CUDA_ARCHITECTURES:-}" ]]; then args+=(-DCMAKE_CUDA_ARCHITECTURES="$MT_CUDA_ARCHITECTURES"); fi
   cmake "${args[@]}"
 
   mt_heading "Building ${*:-everything}"

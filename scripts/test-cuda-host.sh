@@ -1,28 +1,48 @@
 #!/usr/bin/env bash
-# The CUDA backend executed on the host (docs/cuda.md, "CUDA on the host"): builds the library with
-# -DMIXTRAIN_CUDA=HOST in build-cuda-host/ (its .cu files compiled as C++ against src/backends/cuda/host)
-# and runs the CUDA-vs-CPU tests on it under two thread schedules, in order and seeded random, so that
-# a missing barrier changes results or trips the checker. No toolkit or GPU is needed.
+# The CUDA backend executed on the host (docs/cuda.md, "CUDA on the host"), in the AddressSanitizer +
+# UndefinedBehaviorSanitizer build that scripts/test.sh --sanitize uses (build-asan/, configured with
+# -DMIXTRAIN_CUDA=HOST: the backend's .cu files compiled as C++ against src/backends/cuda/host). Runs,
+# under each thread schedule given, so that a missing barrier changes results or trips the checker:
+#   - the CUDA-vs-CPU suites (Cuda*),
+#   - the placement suites on the CUDA device (MIXTRAIN_PLACEMENT_DEVICE=cuda: every model and
+#     precision built on the CPU and moved, the default device left on the CPU),
+#   - the CLI's placement runs with --device cuda and its host-wait counts (ctest label cuda_host),
+#   - DDP and ZeRO-1 with --device cuda under mpirun: sanitizer builds leave MPI out (cmake/Mpi.cmake),
+#     so these run in a Release host build, build-cuda-host/, which shares every object but the CUDA
+#     backend's with build/ (ccache).
+# No toolkit or GPU is needed.
 #
-#   scripts/test-cuda-host.sh          # the CUDA suites, three slow attention cases left out (~3 min)
-#   scripts/test-cuda-host.sh --full   # every CUDA test (the fp32 attention cases take minutes each)
+#   scripts/test-cuda-host.sh                      # schedules in-order and random:1
+#   scripts/test-cuda-host.sh --schedule reverse   # only the schedules named (repeatable)
+#   scripts/test-cuda-host.sh --full               # also the three fp32 attention cases (minutes each)
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 full=0
-for arg in "$@"; do
-  case "$arg" in
+schedules=()
+while (($#)); do
+  case "$1" in
     --full) full=1 ;;
-    *) mt_die "unknown argument '$arg' (scripts/test-cuda-host.sh [--full])" ;;
+    --schedule)
+      [[ $# -ge 2 && -n "$2" ]] || mt_die "--schedule needs a value: in-order, reverse or random:SEED"
+      schedules+=("$2")
+      shift
+      ;;
+    *) mt_die "unknown argument '$1' (scripts/test-cuda-host.sh [--schedule S]... [--full])" ;;
   esac
+  shift
 done
+((${#schedules[@]})) || schedules=(in-order random:1)
 
+mt_install_packages "$MT_ROOT/scripts/packages.txt"
 MT_BUILD_DIR="${MT_CUDA_HOST_BUILD_DIR:-$MT_ROOT/build-cuda-host}"
 MT_CMAKE_OPTIONS=(-DMIXTRAIN_CUDA=HOST -DMIXTRAIN_BUILD_TESTS=ON -DMIXTRAIN_BUILD_CLI=ON -DMIXTRAIN_BUILD_EXAMPLES=OFF
   -DMIXTRAIN_BUILD_BENCH=OFF)
-mt_install_packages "$MT_ROOT/scripts/packages.txt"
-mt_build mixtrain_tests mixtrain_cli
+mt_build mixtrain_cli mixtrain_compare_weights
+release_dir="$MT_BUILD_DIR"
+mt_use_sanitizer_build
+mt_build mixtrain_tests mixtrain_cli mixtrain_compare_weights
 
 filter='Cuda*:*Cuda*'
 if ((!full)); then
@@ -33,12 +53,20 @@ if ((!full)); then
   filter+=':CudaAttention.UnalignedRowsAndOtherScalesMatchTheCpu'
 fi
 failed=()
-for schedule in in-order random:1; do
-  mt_heading "CUDA tests on the host (MIXTRAIN_CUDA_HOST_SCHEDULE=$schedule)"
-  MIXTRAIN_CUDA_HOST_SCHEDULE="$schedule" "$MT_BUILD_DIR/tests/mixtrain_tests" --gtest_filter="$filter" \
-    --gtest_brief=1 || failed+=("$schedule")
+for schedule in "${schedules[@]}"; do
+  export MIXTRAIN_CUDA_HOST_SCHEDULE="$schedule"
+  mt_heading "CUDA suites on the host (MIXTRAIN_CUDA_HOST_SCHEDULE=$schedule)"
+  "$MT_BUILD_DIR/tests/mixtrain_tests" --gtest_filter="$filter" --gtest_brief=1 || failed+=("$schedule: Cuda suites")
+  mt_heading "Placement suites on the CUDA device ($schedule)"
+  MIXTRAIN_PLACEMENT_DEVICE=cuda MIXTRAIN_CHECKED_DEVICE=1 OMP_NUM_THREADS=2 \
+    "$MT_BUILD_DIR/tests/mixtrain_tests" --gtest_filter='*Placement*' --gtest_brief=1 || failed+=("$schedule: placement")
+  mt_heading "CLI runs with --device cuda ($schedule)"
+  ctest --test-dir "$MT_BUILD_DIR" -L cuda_host --output-on-failure -j1 || failed+=("$schedule: CLI")
+  mt_heading "DDP and ZeRO-1 with --device cuda, Release build ($schedule)"
+  ctest --test-dir "$release_dir" -L cuda_host -R '^mpi:' --output-on-failure -j1 || failed+=("$schedule: mpi")
 done
+unset MIXTRAIN_CUDA_HOST_SCHEDULE
 if ((${#failed[@]})); then
-  mt_die "CUDA tests on the host failed under the schedule(s): ${failed[*]}"
+  mt_die "CUDA on the host failed: ${failed[*]}"
 fi
-echo "CUDA tests on the host passed under: in-order random:1"
+echo "CUDA on the host passed under: ${schedules[*]}"

@@ -7,7 +7,10 @@
 #
 #   scripts/test.sh              # Release build in build/, the suite at every ISA cap
 #   scripts/test.sh --sanitize   # AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/,
-#                                # the suite once at the native level (every report fails its test)
+#                                # the suite once at the native level (every report fails its test),
+#                                # with the CUDA backend executed on the host (-DMIXTRAIN_CUDA=HOST:
+#                                # its kernels, its runtime calls and the CUDA tests under both
+#                                # sanitizers; scripts/test-cuda-host.sh adds the other schedules)
 set -euo pipefail
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -24,14 +27,8 @@ done
 MT_CMAKE_OPTIONS=(-DMIXTRAIN_BUILD_TESTS=ON -DMIXTRAIN_BUILD_EXAMPLES=ON -DMIXTRAIN_BUILD_BENCH=ON
   -DMIXTRAIN_BUILD_CLI=ON)
 if ((sanitize)); then
-  MT_BUILD_DIR="${MT_ASAN_BUILD_DIR:-$MT_ROOT/build-asan}"
-  # -O1: the instrumented build compiles and runs several times faster than at -O2 with full debug
-  # information; -g1 keeps line numbers in the reports.
-  MT_BUILD_TYPE=RelWithDebInfo
-  MT_CMAKE_OPTIONS+=("-DMIXTRAIN_SANITIZE=address,undefined" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1")
+  mt_use_sanitizer_build
   MT_TEST_CAPS="${MT_TEST_CAPS-}"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
-  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 fi
 mt_install_packages "$MT_ROOT/scripts/packages.txt"
 # shellcheck disable=SC2119 # no targets: build everything

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <vector>
 
+#include "backends/cuda/host/device_memory.h"
 #include "mixtrain/error.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -510,6 +511,7 @@ void launch(const LaunchConfig& c, const std::function<void()>& thread_body) {
     ~Reset() { g_launch = nullptr; }
   } reset;
   g_launch = &l;
+  const DeviceAccess access;  // the kernel's threads read and write device memory (device_memory.h)
   for (unsigned z = 0; z < g.z; ++z)
     for (unsigned y = 0; y < g.y; ++y)
       for (uint64_t x = 0; x < g.x; ++x) {

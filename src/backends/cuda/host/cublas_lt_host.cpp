@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "backends/cuda/host/device_memory.h"
 #include "mixtrain/error.h"
 
 struct cublasLtContext {
@@ -234,6 +235,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
                               cudaStream_t) {
   using mixtrain::detail::concat;
+  const mixtrain::cuda_host::DeviceAccess access;  // the library reads and writes device memory
   if (handle == nullptr || desc == nullptr || a == nullptr || b == nullptr || c == nullptr || d == nullptr ||
       alpha == nullptr || beta == nullptr || A == nullptr || B == nullptr || D == nullptr)
     return fail(CUBLAS_STATUS_INVALID_VALUE, "matmul: a null argument");

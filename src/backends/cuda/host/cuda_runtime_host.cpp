@@ -1,5 +1,6 @@
-// The CUDA runtime API on the host (include/cuda_runtime_api.h): one sm_90 device, host-heap
-// memory, streams that have always finished. Only in a -DMIXTRAIN_CUDA=HOST build.
+// The CUDA runtime API on the host (include/cuda_runtime_api.h): one sm_90 device, device memory in
+// a region of its own that host code cannot touch (device_memory.h), pinned host memory from the
+// heap, streams that have always finished. Only in a -DMIXTRAIN_CUDA=HOST build.
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <set>
 
 #include "backends/cuda/host/block_runner.h"
+#include "backends/cuda/host/device_memory.h"
 
 namespace {
 
@@ -33,21 +35,32 @@ bool valid_stream(cudaStream_t s) {
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
-  // 256-byte aligned, as cudaMalloc's; exactly `bytes` long (rounded up to the alignment only as
-  // aligned_alloc requires), so AddressSanitizer reports an access past it.
+  // 256-byte aligned, as cudaMalloc's; AddressSanitizer sees every byte past `bytes` as poisoned.
+  *ptr = mixtrain::cuda_host::device_malloc(bytes);
+  return bytes != 0 && *ptr == nullptr ? cudaErrorMemoryAllocation : cudaSuccess;
+}
+cudaError_t cudaFree(void* ptr) {
+  return mixtrain::cuda_host::device_free(ptr) ? cudaSuccess : cudaErrorInvalidValue;
+}
+// Pinned host memory is host memory: host code may touch it, and a kernel may read it (as a GPU does
+// through the mapping of page-locked memory).
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
   const size_t size = (bytes + 255) / 256 * 256;
   *ptr = size == 0 ? nullptr : std::aligned_alloc(256, size);
   return size != 0 && *ptr == nullptr ? cudaErrorMemoryAllocation : cudaSuccess;
 }
-cudaError_t cudaFree(void* ptr) {
+cudaError_t cudaFreeHost(void* ptr) {
+  if (mixtrain::cuda_host::is_device_address(ptr)) return cudaErrorInvalidValue;
   std::free(ptr);
   return cudaSuccess;
 }
-cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned) { return cudaMalloc(ptr, bytes); }
-cudaError_t cudaFreeHost(void* ptr) { return cudaFree(ptr); }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t stream) {
   if (!valid_stream(stream) || (bytes > 0 && (dst == nullptr || src == nullptr))) return cudaErrorInvalidValue;
-  if (bytes > 0) std::memmove(dst, src, bytes);
+  if (bytes > 0) {
+    mixtrain::cuda_host::DeviceAccess access;
+    std::memmove(dst, src, bytes);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
@@ -55,7 +68,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   if (!valid_stream(stream) || (bytes > 0 && dst == nullptr)) return cudaErrorInvalidValue;
-  if (bytes > 0) std::memset(dst, value, bytes);
+  if (bytes > 0) {
+    mixtrain::cuda_host::DeviceAccess access;
+    std::memset(dst, value, bytes);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }

@@ -16,29 +16,18 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backends/cuda/host/device_memory.h"
 #include "mixtrain/error.h"
 #include "mixtrain/half.h"
 
-// Device memory: where the runtime keeps it in a region of its own that host code may not touch
-// (device_memory.h), the data and workspace pointers must lie in it and the scaling factors outside
-// it, and the library holds a DeviceAccess while it reads and writes it. Where device memory is host
-// heap, every pointer passes both checks.
-#if __has_include("backends/cuda/host/device_memory.h")
-#include "backends/cuda/host/device_memory.h"
+// Device memory (device_memory.h): the data and workspace pointers must lie in the device region
+// and the scaling factors outside it, and the library holds a DeviceAccess while it reads and writes
+// device memory.
 namespace {
 bool in_device_memory(const void* p) { return mixtrain::cuda_host::is_device_address(p); }
 bool in_host_memory(const void* p) { return !mixtrain::cuda_host::is_device_address(p); }
 using DeviceAccess = mixtrain::cuda_host::DeviceAccess;
 }  // namespace
-#else
-namespace {
-bool in_device_memory(const void*) { return true; }
-bool in_host_memory(const void*) { return true; }
-struct DeviceAccess {
-  DeviceAccess() {}
-};
-}  // namespace
-#endif
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
