@@ -150,8 +150,10 @@ TEST(Memory, TrainingStepPatternReachesASteadyState) {
 }
 
 TEST(Memory, UnavailableDeviceIsAnError) {
-  EXPECT_THROW(mt::memory::stats(mt::Device(mt::kCUDA)), mt::Error);
-  EXPECT_MT_ERROR(mt::memory::allocate(16, mt::Device(mt::kCUDA)), "cuda");
+  // An index past the last GPU (any index where there is none, or no CUDA in this build).
+  const mt::Device absent(mt::kCUDA, static_cast<int16_t>(mt::device_count(mt::kCUDA)));
+  EXPECT_THROW(mt::memory::stats(absent), mt::Error);
+  EXPECT_MT_ERROR(mt::memory::allocate(16, absent), "cuda");
 }
 
 }  // namespace

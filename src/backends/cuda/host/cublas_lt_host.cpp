@@ -4,8 +4,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/host/device_memory.h"
 #include "mixtrain/error.h"
@@ -229,6 +231,58 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   return ok();
 }
 
+namespace {
+
+struct Operands {
+  const cublasLtMatmulDescOpaque* desc;
+  const cublasLtMatrixLayoutOpaque *a, *b, *c, *d;
+  const void *A, *B, *C;
+  void* D;
+  uint64_t m, n, k;
+  double alpha, beta;
+};
+
+// D = alpha op(A) op(B) (+ beta C) (+ bias), column-major, per batch. Each output accumulates its k
+// products in the compute type Acc, k ascending, from 0 -- the order a GPU's split-free kernel would
+// not promise but a reference can -- then alpha, beta C and the bias in Acc, rounded once into D's
+// type. op(A) and op(B) are widened into Acc once per batch (exact for every storage type here), so
+// the inner loop runs over a row of op(B) with one accumulator per output column.
+template <typename Acc>
+void reference_matmul(const Operands& o) {
+  const auto& dd = *o.desc;
+  const auto *a = o.a, *b = o.b, *c = o.c, *d = o.d;
+  const uint64_t m = o.m, n = o.n, k = o.k;
+  std::vector<Acc> op_a(m * k), op_b(k * n), acc(n);
+  const bool bias = dd.epilogue == CUBLASLT_EPILOGUE_BIAS;
+  for (int32_t batch = 0; batch < d->batch; ++batch) {
+    for (uint64_t i = 0; i < m; ++i)
+      for (uint64_t kk = 0; kk < k; ++kk)
+        op_a[i * k + kk] = static_cast<Acc>(load(
+            a->type, o.A, batch * a->stride + static_cast<int64_t>(dd.transa == CUBLAS_OP_N ? i + kk * a->ld : kk + i * a->ld)));
+    for (uint64_t kk = 0; kk < k; ++kk)
+      for (uint64_t j = 0; j < n; ++j)
+        op_b[kk * n + j] = static_cast<Acc>(load(
+            b->type, o.B, batch * b->stride + static_cast<int64_t>(dd.transb == CUBLAS_OP_N ? kk + j * b->ld : j + kk * b->ld)));
+    for (uint64_t i = 0; i < m; ++i) {
+      std::fill(acc.begin(), acc.end(), Acc(0));
+      for (uint64_t kk = 0; kk < k; ++kk) {
+        const Acc x = op_a[i * k + kk];
+        const Acc* row = &op_b[kk * n];
+        for (uint64_t j = 0; j < n; ++j) acc[j] += x * row[j];
+      }
+      for (uint64_t j = 0; j < n; ++j) {
+        const int64_t ic = batch * d->stride + static_cast<int64_t>(i + j * d->ld);
+        Acc v = static_cast<Acc>(o.alpha) * acc[j];
+        if (o.beta != 0) v += static_cast<Acc>(o.beta) * static_cast<Acc>(load(c->type, o.C, ic));
+        if (bias) v += static_cast<Acc>(load(d->type, dd.bias, static_cast<int64_t>(i)));
+        store(d->type, o.D, ic, v);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
                               const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
@@ -259,36 +313,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const bool f64 = dd.compute == CUBLAS_COMPUTE_64F;
   const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
-  for (int32_t batch = 0; batch < d->batch; ++batch) {
-    for (uint64_t j = 0; j < n; ++j)
-      for (uint64_t i = 0; i < m; ++i) {
-        // Accumulated in the compute type, k ascending.
-        double acc64 = 0;
-        float acc32 = 0;
-        for (uint64_t kk = 0; kk < k; ++kk) {
-          const int64_t ia = batch * a->stride +
-                             static_cast<int64_t>(dd.transa == CUBLAS_OP_N ? i + kk * a->ld : kk + i * a->ld);
-          const int64_t ib = batch * b->stride +
-                             static_cast<int64_t>(dd.transb == CUBLAS_OP_N ? kk + j * b->ld : j + kk * b->ld);
-          const double x = load(a->type, A, ia), y = load(b->type, B, ib);
-          if (f64) acc64 += x * y;
-          else acc32 += static_cast<float>(x) * static_cast<float>(y);
-        }
-        // alpha * acc (+ beta * C) (+ bias) in the compute type, rounded once into D's type.
-        const int64_t ic = batch * d->stride + static_cast<int64_t>(i + j * d->ld);
-        const bool bias = dd.epilogue == CUBLASLT_EPILOGUE_BIAS;
-        if (f64) {
-          double v = al * acc64;
-          if (be != 0) v += be * load(c->type, C, ic);
-          if (bias) v += load(d->type, dd.bias, static_cast<int64_t>(i));
-          store(d->type, D, ic, v);
-        } else {
-          float v = static_cast<float>(al) * acc32;
-          if (be != 0) v += static_cast<float>(be) * static_cast<float>(load(c->type, C, ic));
-          if (bias) v += static_cast<float>(load(d->type, dd.bias, static_cast<int64_t>(i)));
-          store(d->type, D, ic, v);
-        }
-      }
-  }
+  const Operands ops{&dd, a, b, c, d, A, B, C, D, m, n, k, al, be};
+  if (f64) reference_matmul<double>(ops);
+  else reference_matmul<float>(ops);
   return ok();
 }
