@@ -1,7 +1,9 @@
 // The device region of CUDA on the host (device_memory.h): one reservation of address space, carved
 // first-fit in 256-byte units; protection flipped for the whole used part at once (one mprotect per
 // transition, not one per allocation: a training step launches hundreds of kernels over hundreds of
-// allocations).
+// allocations). The cost is the kernel's page-table walk over the used part, twice per launch, so the
+// quarantine is kept small: a model's placement run on the host spends about as long in mprotect as
+// in its kernels.
 #include "backends/cuda/host/device_memory.h"
 
 #include <execinfo.h>
@@ -37,7 +39,7 @@ namespace {
 
 constexpr size_t kAlign = 256;                           // cudaMalloc's alignment
 constexpr size_t kReserved = size_t{64} << 30;           // address space only (MAP_NORESERVE)
-constexpr size_t kQuarantineBytes = size_t{64} << 20;    // freed bytes held back from reuse
+constexpr size_t kQuarantineBytes = size_t{16} << 20;    // freed bytes held back from reuse
 
 struct Region {
   std::mutex mutex;
