@@ -9,14 +9,8 @@
 
 #include "backends/cuda/host/cuda_on_host.h"
 #include "backends/cuda/host/device_memory.h"
+#include "backends/cuda/host/sanitizer.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MT_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MT_TEST_ASAN 1
-#endif
-#endif
 
 namespace ch = mixtrain::cuda_host;
 
@@ -90,7 +84,7 @@ TEST_F(CudaHostMemoryDeathTest, HostCodeTouchingDeviceMemoryStopsTheProcess) {
   ch::device_free(p);
 }
 
-#if defined(MT_TEST_ASAN)
+#if defined(MT_HOST_ASAN)
 TEST_F(CudaHostMemoryDeathTest, AKernelReadingPastAnAllocationOrAfterFreeIsReported) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   float* p = device_floats(10);  // 40 bytes: the rest of its 256-byte unit is not part of it

@@ -20,13 +20,7 @@
 #include "backends/cuda/host/device_memory.h"
 #include "mixtrain/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MT_HOST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MT_HOST_ASAN 1
-#endif
-#endif
+#include "backends/cuda/host/sanitizer.h"
 #ifdef MT_HOST_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif

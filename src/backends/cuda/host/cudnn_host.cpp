@@ -23,11 +23,7 @@
 // Device memory (device_memory.h): the data and workspace pointers must lie in the device region
 // and the scaling factors outside it, and the library holds a DeviceAccess while it reads and writes
 // device memory.
-namespace {
-bool in_device_memory(const void* p) { return mixtrain::cuda_host::is_device_address(p); }
-bool in_host_memory(const void* p) { return !mixtrain::cuda_host::is_device_address(p); }
-using DeviceAccess = mixtrain::cuda_host::DeviceAccess;
-}  // namespace
+using mixtrain::cuda_host::is_device_address;
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
@@ -766,12 +762,12 @@ cudnnStatus_t run(const RunArgs& a, Algo algo, InfoFn info) {
   // workspace in device memory: the other way round, a GPU faults.
   if (a.alpha == nullptr || a.beta == nullptr)
     return fail(CUDNN_STATUS_BAD_PARAM, concat(fn, ": alpha or beta is null"));
-  if (!in_host_memory(a.alpha) || !in_host_memory(a.beta))
+  if (is_device_address(a.alpha) || is_device_address(a.beta))
     return fail(CUDNN_STATUS_BAD_PARAM, concat(fn, ": alpha and beta must point to host memory, not device memory"));
   const size_t elem = element_bytes(p.type);
   for (const Operand& o : ops) {
     if (o.ptr == nullptr) return fail(CUDNN_STATUS_BAD_PARAM, concat(fn, ": ", o.name, " is null"));
-    if (!in_device_memory(o.ptr))
+    if (!is_device_address(o.ptr))
       return fail(CUDNN_STATUS_BAD_PARAM, concat(fn, ": ", o.name, " is not device memory (cudaMalloc)"));
     if (reinterpret_cast<uintptr_t>(o.ptr) % elem != 0)
       return fail(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER,
@@ -809,9 +805,9 @@ cudnnStatus_t run(const RunArgs& a, Algo algo, InfoFn info) {
   if (a.workspace_bytes > 0 && a.workspace == nullptr)
     return fail(CUDNN_STATUS_BAD_PARAM,
                 concat(fn, ": workSpace is null but workSpaceSizeInBytes is ", a.workspace_bytes));
-  if (a.workspace_bytes > 0 && !in_device_memory(a.workspace))
+  if (a.workspace_bytes > 0 && !is_device_address(a.workspace))
     return fail(CUDNN_STATUS_BAD_PARAM, concat(fn, ": workSpace is not device memory (cudaMalloc)"));
-  const DeviceAccess access;  // the library reads and writes device memory
+  const mixtrain::cuda_host::DeviceAccess access;  // the library reads and writes device memory
   // The algorithm owns its workspace during the call: every byte the caller promised is written (an
   // allocation shorter than the promise is an overflow AddressSanitizer reports).
   if (a.workspace_bytes > 0) std::memset(a.workspace, 0xa5, a.workspace_bytes);

@@ -18,14 +18,8 @@
 #include <map>
 #include <mutex>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MT_DEVICE_MEMORY_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MT_DEVICE_MEMORY_ASAN 1
-#endif
-#endif
-#if defined(MT_DEVICE_MEMORY_ASAN)
+#include "backends/cuda/host/sanitizer.h"
+#if defined(MT_HOST_ASAN)
 #include <sanitizer/asan_interface.h>
 #define MT_POISON(p, n) __asan_poison_memory_region((p), (n))
 #define MT_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
@@ -66,7 +60,7 @@ void on_segv(int sig, siginfo_t* info, void* context) {
   if (r.base != nullptr && addr >= r.base && addr < r.base + kReserved) {
     ssize_t ignored = write(STDERR_FILENO, kTouchMessage, std::strlen(kTouchMessage));
     (void)ignored;
-#if !defined(MT_DEVICE_MEMORY_ASAN)
+#if !defined(MT_HOST_ASAN)
     void* frames[64];
     backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
 #endif
