@@ -1,7 +1,7 @@
 # The layers of the library (docs/notes/layers.md) and the layer of a path, shared by the include
 # check (CheckLayers.cmake) and the link check (CheckLinkLayers.cmake).
 # Layers, lowest first; a file may include its own layer's headers and lower ones'.
-set(LAYERS core kernels autograd ops optim amp nn io data dist train)
+set(LAYERS core kernels autograd ops optim amp nn io text data dist train)
 # Public headers outside a layer folder, and the functional API that the ops layer implements.
 set(HEADER_LAYER_tensor.h core)
 set(HEADER_LAYER_device.h core)

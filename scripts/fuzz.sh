@@ -15,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 seconds="${FUZZ_SECONDS:-20}"
 harnesses=("$@")
-((${#harnesses[@]})) || harnesses=(safetensors checkpoint idx text cli_args gpt2)
+((${#harnesses[@]})) || harnesses=(safetensors checkpoint idx text cli_args gpt2 tokenizer)
 
 mt_install_packages "$MT_ROOT/scripts/packages.txt"
 mt_install_packages "$MT_ROOT/scripts/packages-fuzz.txt"

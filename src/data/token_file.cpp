@@ -101,4 +101,60 @@ void TokenFileDataset::write(const std::string& path, std::span<const uint16_t> 
   io::write_file_atomic(path, bytes, "TokenFileDataset::write");
 }
 
+// ---- TokenFileWriter ------------------------------------------------------------------------------
+
+namespace {
+constexpr size_t kWriterBuffer = size_t{1} << 18;  // tokens
+constexpr int64_t kMaxCount = INT32_MAX;            // the header's count is an int32
+}  // namespace
+
+TokenFileWriter::TokenFileWriter(const std::string& path)
+    : path_(path), file_(std::make_unique<io::AtomicFile>(path, "TokenFileWriter")) {
+  std::array<int32_t, 256> header{};
+  header[0] = kTokenFileMagic;
+  header[1] = kTokenFileVersion;
+  file_->write(header.data(), kTokenFileHeaderBytes);
+  buffer_.reserve(kWriterBuffer);
+}
+
+TokenFileWriter::~TokenFileWriter() = default;  // an uncommitted AtomicFile removes its temporary
+
+void TokenFileWriter::append(std::span<const uint32_t> tokens) {
+  MT_CHECK(file_ != nullptr, "TokenFileWriter: '", path_, "' is already finished");
+  MT_CHECK(count_ + static_cast<int64_t>(tokens.size()) <= kMaxCount, "TokenFileWriter: '", path_, "': more than ",
+           kMaxCount, " tokens, the most a token file's int32 count can hold");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    MT_CHECK(tokens[i] < 65536, "TokenFileWriter: '", path_, "': token ", tokens[i], " (position ",
+             count_ + static_cast<int64_t>(i), ") does not fit the format's uint16 tokens (ids below 65536; llm.c's ",
+             "version 1 files)");
+    buffer_.push_back(static_cast<uint16_t>(tokens[i]));
+    if (buffer_.size() == kWriterBuffer) flush();
+  }
+  count_ += static_cast<int64_t>(tokens.size());
+}
+
+void TokenFileWriter::append(std::span<const uint16_t> tokens) {
+  MT_CHECK(file_ != nullptr, "TokenFileWriter: '", path_, "' is already finished");
+  MT_CHECK(count_ + static_cast<int64_t>(tokens.size()) <= kMaxCount, "TokenFileWriter: '", path_, "': more than ",
+           kMaxCount, " tokens, the most a token file's int32 count can hold");
+  flush();
+  file_->write(tokens.data(), tokens.size() * 2);
+  count_ += static_cast<int64_t>(tokens.size());
+}
+
+void TokenFileWriter::flush() {
+  if (buffer_.empty()) return;
+  file_->write(buffer_.data(), buffer_.size() * 2);
+  buffer_.clear();
+}
+
+void TokenFileWriter::finish() {
+  MT_CHECK(file_ != nullptr, "TokenFileWriter: '", path_, "' is already finished");
+  flush();
+  const auto n = static_cast<int32_t>(count_);
+  file_->write_at(2 * sizeof(int32_t), &n, sizeof n);
+  file_->commit();
+  file_.reset();
+}
+
 }  // namespace mixtrain::data

@@ -112,6 +112,21 @@ void AtomicFile::write(const void* data, size_t n) {
     fail(detail::concat("write failed after ", before + (written_ - before), " bytes"), err);
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t n) {
+  MT_CHECK(fd_ >= 0 && !committed_, who_, ": '", path_, "' is already committed");
+  MT_CHECK(offset <= written_ && n <= written_ - offset, who_, ": '", path_, "': write_at(", offset, ", ", n,
+           " bytes) goes past the ", written_, " bytes written");
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail(detail::concat("write at offset ", offset, " failed"), w < 0 ? errno : EIO);
+    p += w;
+    offset += static_cast<uint64_t>(w);
+    n -= static_cast<size_t>(w);
+  }
+}
+
 void AtomicFile::commit() {
   MT_CHECK(fd_ >= 0 && !committed_, who_, ": '", path_, "' is already committed");
   if (::fsync(fd_) != 0) fail("fsync failed", errno);

@@ -10,11 +10,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "mixtrain/data/dataset.h"
+
+namespace mixtrain::io {
+class AtomicFile;
+}
 
 namespace mixtrain::data {
 
@@ -57,6 +62,32 @@ class TokenFileDataset : public Dataset {
                    TokenFileOptions options);
   std::vector<uint16_t> tokens_;
   int64_t context_, vocab_size_, stride_;
+};
+
+// Writes a token file in the format above as the tokens come (a tokenizer's output, of any length):
+// into a temporary file in the target's directory (io::AtomicFile), with the count patched into the
+// header by finish(), then fsync and rename. Destroyed unfinished (an error on the way), it removes
+// the temporary and leaves the target as it was. Tokens must be below 65536 (the format's uint16),
+// at most 2^31 - 1 of them (the header's int32 count); mt::Error naming the file otherwise.
+class TokenFileWriter {
+ public:
+  explicit TokenFileWriter(const std::string& path);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+
+  void append(std::span<const uint32_t> tokens);
+  void append(std::span<const uint16_t> tokens);
+  int64_t count() const { return count_; }
+  // Writes the count into the header and commits the file. At most once.
+  void finish();
+
+ private:
+  void flush();
+  std::string path_;
+  std::unique_ptr<io::AtomicFile> file_;
+  std::vector<uint16_t> buffer_;
+  int64_t count_ = 0;
 };
 
 }  // namespace mixtrain::data

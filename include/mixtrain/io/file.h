@@ -31,6 +31,10 @@ class AtomicFile {
 
   void write(const void* data, size_t n);
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // Overwrites n bytes at `offset` within what was written already (a header whose counts are
+  // known only at the end); the end of the file stays where it was.
+  void write_at(uint64_t offset, const void* data, size_t n);
+  uint64_t size() const { return written_; }
   // fsync, rename over the target, fsync of the directory. At most once.
   void commit();
 

@@ -16,6 +16,13 @@ int main() {
       std::cerr << "unexpected result: " << y << "\n";
       return 1;
     }
+    // The tokenizer links PCRE2 through the package (mixtrain::pcre2); a missing file is an mt::Error.
+    try {
+      (void)mt::text::Tokenizer::load("/nonexistent/gpt2.tiktoken");
+      std::cerr << "Tokenizer::load of a missing file did not throw\n";
+      return 1;
+    } catch (const mt::Error&) {
+    }
     std::cout << y << "\nOK\n";
     return 0;
   } catch (const mt::Error& e) {
