@@ -239,6 +239,16 @@ std::string quoted_list(const std::vector<std::string>& keys) {
 }
 }  // namespace
 
+void Module::check_extra_state(const StateDict& state, bool /*after_fp8_steps*/, const std::string& key_prefix) const {
+  for (const auto& [key, t] : state)
+    MT_FAIL("unexpected extra-state tensor ", mixtrain::detail::quote_untrusted(key_prefix + key), ": a ", type_name(),
+            " keeps none");
+}
+
+void Module::load_extra_state(const StateDict& state, bool after_fp8_steps) {
+  check_extra_state(state, after_fp8_steps);
+}
+
 LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
   StateDict own = state_dict();
   LoadResult result;

@@ -45,14 +45,10 @@ namespace {
 
 constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimPrefix = "optim.";
-// FP8 scaling state of a Linear layer: "fp8.<module path>.<role>.scale" (one fp32 value) and
-// ".amax_history" (fp32 [n], absent when empty); roles input, weight, grad_output.
-constexpr const char* kFp8Prefix = "fp8.";
-constexpr std::array<const char*, 3> kFp8Roles = {"input", "weight", "grad_output"};
-
-amp::Fp8Scaling& fp8_role(amp::Fp8LinearState& s, size_t role) {
-  return role == 0 ? s.input : role == 1 ? s.weight : s.grad_output;
-}
+// Each module's extra state (nn::Module::extra_state: nn::Linear's FP8 scaling) as
+// "fp8.<module path>.<key>". The prefix is "fp8." because FP8 scaling is the extra state there is,
+// and checkpoints written before the modules kept it themselves load unchanged.
+constexpr const char* kExtraPrefix = "fp8.";
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -223,18 +219,8 @@ void Trainer::save_checkpoint(const std::string& path) const {
   if (rank() != 0) return;
   io::Checkpoint ck;
   for (const auto& [name, t] : model_->state_dict()) ck.tensors[kModelPrefix + name] = t;
-  for (const auto& [name, m] : model_->named_modules()) {
-    const auto* linear = dynamic_cast<const nn::Linear*>(m);
-    if (linear == nullptr || !linear->fp8_state()) continue;
-    for (size_t r = 0; r < kFp8Roles.size(); ++r) {
-      const amp::Fp8Scaling& s = fp8_role(*linear->fp8_state(), r);
-      const std::string key = kFp8Prefix + name + "." + kFp8Roles[r];
-      ck.tensors[key + ".scale"] = from_vector(std::vector<float>{s.scale()}, {1}, {.device = Device{}});
-      // Written even when empty (no amax recorded yet), so that a missing history is an error.
-      const std::vector<float>& h = s.amax_history();
-      ck.tensors[key + ".amax_history"] = from_vector(h, {static_cast<int64_t>(h.size())}, {.device = Device{}});
-    }
-  }
+  for (const auto& [name, m] : model_->named_modules())
+    for (const auto& [key, t] : m->extra_state()) ck.tensors[kExtraPrefix + name + "." + key] = t;
 
   if (zero_ != nullptr) {
     std::map<std::string, double> g = optimizer_->hyperparameters(0);
@@ -362,9 +348,9 @@ io::SafetensorsSelect Trainer::checkpoint_selection(const std::string& path) con
         MT_CHECK(e.shape == params[static_cast<size_t>(i)].shape(), "resume: '", path, "': optimizer tensor ", quoted,
                  " has shape ", e.shape, ", its parameter ", params[static_cast<size_t>(i)].shape());
       } else {
-        MT_CHECK(starts_with(e.name, kFp8Prefix), "resume: '", path, "': unexpected tensor ", quoted);
-        MT_CHECK(e.shape.size() == 1 && e.shape[0] <= 65536, "resume: '", path, "': FP8 tensor ", quoted,
-                 " must be float32 [0..65536], got ", e.shape);
+        MT_CHECK(starts_with(e.name, kExtraPrefix), "resume: '", path, "': unexpected tensor ", quoted);
+        MT_CHECK(e.shape.size() <= 1 && e.shape.numel() <= 65536, "resume: '", path, "': extra-state tensor ",
+                 quoted, " must have at most one dimension of at most 65536 elements, got ", e.shape);
       }
     }
     return std::vector<bool>(h.tensors.size(), true);
@@ -426,16 +412,10 @@ void Trainer::load_checkpoint(const std::string& path) {
       MT_CHECK(ck.tensors.contains(kModelPrefix + name), "resume: '", path, "': tensor '", kModelPrefix, name,
                "' is missing (the model's ", name, ", ", describe(t), ")");
     nn::StateDict model_state;
-    // FP8 scaling states by module path: a scale and an amax history per role.
-    struct Fp8Saved {
-      std::array<float, 3> scale = {0.0f, 0.0f, 0.0f};
-      std::array<std::vector<float>, 3> history;
-      std::array<std::array<bool, 2>, 3> present = {};  // per role: scale, amax_history
-    };
-    std::map<std::string, Fp8Saved> fp8_saved;
-    std::map<std::string, nn::Linear*> linears;
-    for (auto& [name, m] : model_->named_modules())
-      if (auto* l = dynamic_cast<nn::Linear*>(m)) linears[name] = l;
+    // Extra state by module path (each module validates its own below).
+    std::map<std::string, nn::Module*> modules;
+    for (auto& [name, m] : model_->named_modules()) modules[name] = m;
+    std::map<std::string, nn::StateDict> extra;
     optim::OptimizerStateDict osd;
     osd.state.resize(optimizer_->num_parameters());
     for (const auto& [name, t] : ck.tensors) {
@@ -450,47 +430,34 @@ void Trainer::load_checkpoint(const std::string& path) {
         MT_CHECK(field != nullptr, "resume: '", path, "': unexpected optimizer tensor ",
                  mixtrain::detail::quote_untrusted(name), " (this optimizer has ", osd.state.size(), " parameters)");
         *field = t;
-      } else if (starts_with(name, kFp8Prefix)) {
-        // "<module path>.<role>.<field>": the path may hold dots, role and field do not.
-        const std::string rest = name.substr(std::string(kFp8Prefix).size());
-        const size_t field_dot = rest.rfind('.');
-        const size_t role_dot = field_dot == std::string::npos || field_dot == 0 ? std::string::npos
-                                                                               : rest.rfind('.', field_dot - 1);
-        const std::string module = role_dot == std::string::npos ? "" : rest.substr(0, role_dot);
-        const std::string role = role_dot == std::string::npos ? "" : rest.substr(role_dot + 1, field_dot - role_dot - 1);
-        const std::string field = field_dot == std::string::npos ? "" : rest.substr(field_dot + 1);
-        const auto role_it = std::find_if(kFp8Roles.begin(), kFp8Roles.end(), [&](const char* r) { return role == r; });
-        MT_CHECK(linears.count(module) > 0 && role_it != kFp8Roles.end() &&
-                     (field == "scale" || field == "amax_history"),
-                 "resume: '", path, "': unexpected FP8 tensor ", mixtrain::detail::quote_untrusted(name),
-                 " (expected fp8.<Linear layer>.{input,weight,grad_output}.{scale,amax_history})");
-        MT_CHECK(t.dtype() == kFloat32 && t.dim() == 1 &&
-                     (field == "scale" ? t.numel() == 1 : t.numel() >= 0 && t.numel() <= 65536),
-                 "resume: '", path, "': FP8 tensor ", mixtrain::detail::quote_untrusted(name), " must be float32 [",
-                 field == "scale" ? "1" : "0..65536", "], got ", describe(t));
-        const size_t r = static_cast<size_t>(role_it - kFp8Roles.begin());
-        const std::vector<float> values = t.to(kCPU).to_vector<float>();
-        Fp8Saved& saved = fp8_saved[module];
-        if (field == "scale")
-          saved.scale[r] = values[0];
-        else
-          saved.history[r] = values;
-        saved.present[r][field == "scale" ? 0 : 1] = true;
+      } else if (starts_with(name, kExtraPrefix)) {
+        // "<module path>.<key>": the module whose path is the longest prefix (paths and keys hold dots).
+        const std::string rest = name.substr(std::string(kExtraPrefix).size());
+        const std::string* owner = nullptr;
+        for (const auto& [path_of_module, m] : modules)
+          if (rest.size() > path_of_module.size() + 1 && rest.compare(0, path_of_module.size(), path_of_module) == 0 &&
+              rest[path_of_module.size()] == '.' && (owner == nullptr || path_of_module.size() > owner->size()))
+            owner = &path_of_module;
+        MT_CHECK(owner != nullptr, "resume: '", path, "': unexpected extra-state tensor ",
+                 mixtrain::detail::quote_untrusted(name), " (no module of this model has that path)");
+        extra[*owner].insert(rest.substr(owner->size() + 1), t);
       } else {
         MT_FAIL("resume: '", path, "': unexpected tensor ", mixtrain::detail::quote_untrusted(name));
       }
     }
-    // FP8 state is exact or refused like the rest: after a step under FP8 every FP8 layer has all
-    // three roles' scale and amax history (written even when empty), and a layer with any has all.
-    const bool fp8_stepped = options_.precision.precision == Precision::kFp8 && step > 0;
-    for (const auto& [module, linear] : linears) {
-      const auto it = fp8_saved.find(module);
-      if (it == fp8_saved.end() && !(fp8_stepped && linear->fp8())) continue;
-      for (size_t r = 0; r < kFp8Roles.size(); ++r)
-        for (size_t f = 0; f < 2; ++f)
-          MT_CHECK(it != fp8_saved.end() && it->second.present[r][f], "resume: '", path, "': tensor '", kFp8Prefix,
-                   module, ".", kFp8Roles[r], f == 0 ? ".scale" : ".amax_history", "' is missing: the FP8 state of ",
-                   "layer '", module, "' is incomplete (a fresh scale would silently change the trajectory)");
+    // Extra state is exact or refused like the rest: each module checks its own whole (after a step
+    // under FP8 every FP8 layer must find all of its state), before anything is applied.
+    const bool after_fp8_steps = options_.precision.precision == Precision::kFp8 && step > 0;
+    auto extra_of = [&](const std::string& module) {
+      const auto it = extra.find(module);
+      return it == extra.end() ? nn::StateDict() : it->second;
+    };
+    for (const auto& [module, m] : modules) {
+      try {
+        m->check_extra_state(extra_of(module), after_fp8_steps, kExtraPrefix + module + ".");
+      } catch (const Error& e) {
+        MT_FAIL("resume: '", path, "': extra state of '", module, "': ", e.what());
+      }
     }
     const json optim = parse_meta(ck, path, "optim", 3);
     MT_CHECK(optim.is_object() && optim.contains("type") && optim.at("type") == json(optimizer_->name()), "resume: '",
@@ -564,19 +531,6 @@ void Trainer::load_checkpoint(const std::string& path) {
 
     // 2. Apply. Each load validates before it copies; the model's goes first because it checks the
     // most (every key, shape and dtype).
-    // FP8 states: validated whole (restore checks the values) before anything is applied.
-    std::map<std::string, std::shared_ptr<amp::Fp8LinearState>> fp8_states;
-    for (auto& [module, saved] : fp8_saved) {
-      auto state = std::make_shared<amp::Fp8LinearState>();
-      for (size_t r = 0; r < kFp8Roles.size(); ++r) {
-        try {
-          fp8_role(*state, r).restore(saved.scale[r], saved.history[r]);
-        } catch (const Error& e) {
-          MT_FAIL("resume: '", path, "': FP8 state of '", module, "' (", kFp8Roles[r], "): ", e.what());
-        }
-      }
-      fp8_states[module] = std::move(state);
-    }
     // The loads below name what is wrong but not the file: say which file it came from.
     const std::string in_file = "'" + path + "'";
     auto from_file = [&](const std::string& where, const auto& load) {
@@ -587,7 +541,7 @@ void Trainer::load_checkpoint(const std::string& path) {
       }
     };
     from_file(in_file, [&] { model_->load_state_dict(model_state, /*strict=*/true); });
-    for (auto& [module, linear] : linears) linear->set_fp8_state(fp8_states.count(module) ? fp8_states[module] : nullptr);
+    for (auto& [module, m] : modules) m->load_extra_state(extra_of(module), after_fp8_steps);  // checked above
     if (sharded) {
       // validates them all before it changes anything
       from_file(in_file + " (its " + std::to_string(sharded_world) + " ZeRO-1 shards)",

@@ -456,9 +456,11 @@ TEST(Fp8Checkpoint, ResumesExactlyAndRefusesCraftedState) {
   };
   auto has = [](const std::string& msg, const char* part) { return msg.find(part) != std::string::npos; };
   std::string msg = resume_error([](auto& ck) { ck.tensors["fp8.1.input.scale"] = mt::full({1}, std::nan("")); });
-  EXPECT_TRUE(has(msg, "FP8 state of '1' (input)") && has(msg, "finite and > 0")) << msg;
+  EXPECT_TRUE(has(msg, "extra state of '1': FP8 state (fp8.1.input)") && has(msg, "finite and > 0")) << msg;
   msg = resume_error([](auto& ck) { ck.tensors["fp8.9.input.scale"] = mt::ones({1}); });
-  EXPECT_TRUE(has(msg, "unexpected FP8 tensor")) << msg;
+  EXPECT_TRUE(has(msg, "unexpected extra-state tensor \"fp8.9.input.scale\"")) << msg;
+  msg = resume_error([](auto& ck) { ck.tensors["fp8.1.input.bias"] = mt::ones({1}); });
+  EXPECT_TRUE(has(msg, "unexpected FP8 tensor \"fp8.1.input.bias\"")) << msg;
   msg = resume_error([](auto& ck) { ck.tensors["fp8.1.weight.amax_history"] = mt::ones({2}, {.dtype = mt::kFloat64}); });
   EXPECT_TRUE(has(msg, "must be float32")) << msg;
   msg = resume_error([](auto& ck) { ck.tensors["fp8.1.weight.amax_history"] = mt::full({2}, -1.0); });

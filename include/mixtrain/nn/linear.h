@@ -39,6 +39,16 @@ class Linear : public Module {
   const std::shared_ptr<amp::Fp8LinearState>& fp8_state() const { return fp8_state_; }
   void set_fp8_state(std::shared_ptr<amp::Fp8LinearState> state) { fp8_state_ = std::move(state); }
 
+  // The FP8 state as extra state (Module::extra_state): per role (input, weight, grad_output) a
+  // "<role>.scale" float32 [1] and a "<role>.amax_history" float32 [n <= 65536] (also when empty, so
+  // that a missing history is an error); nothing before the first FP8 forward. Loading validates
+  // every value (amp::Fp8Scaling::restore's rules) and requires all six tensors when any is there,
+  // or when the layer takes part in FP8 and the state comes from after FP8 steps.
+  StateDict extra_state() const override;
+  void check_extra_state(const StateDict& state, bool after_fp8_steps,
+                         const std::string& key_prefix = "") const override;
+  void load_extra_state(const StateDict& state, bool after_fp8_steps) override;
+
  private:
   int64_t in_features_, out_features_;
   Tensor weight_, bias_;

@@ -176,6 +176,21 @@ class Module {
   // nothing is copied unless all entries are valid.
   LoadResult load_state_dict(const StateDict& dict, bool strict = true);
 
+  // State beyond parameters and buffers that an exact resume of training needs (PyTorch's
+  // get_extra_state / set_extra_state): nn::Linear's FP8 scales and amax histories. This module's
+  // own, not its children's; keys are the module's ("input.scale"); a training checkpoint stores
+  // them per module path. Host tensors. Default: none.
+  virtual StateDict extra_state() const { return {}; }
+  // Checks `state` as a whole (keys, dtypes, shapes, values) without changing anything; throws
+  // mt::Error naming the key, as `key_prefix` + key (the name the caller stores it under).
+  // `after_fp8_steps`: it comes from a run that has taken steps under FP8, so a module that keeps
+  // FP8 state must find it complete there (a fresh state would silently change the trajectory). An
+  // empty `state` is valid when nothing is required.
+  virtual void check_extra_state(const StateDict& state, bool after_fp8_steps,
+                                 const std::string& key_prefix = "") const;
+  // check_extra_state, then replaces the module's extra state with `state` (empty: cleared).
+  virtual void load_extra_state(const StateDict& state, bool after_fp8_steps);
+
   // Converts every floating parameter and buffer to `dtype` in place (gradients too), except
   // buffers registered with keep_dtype (BatchNorm running stats stay fp32). requires_grad is kept.
   Module& to(DType dtype);
