@@ -21,8 +21,13 @@ namespace {
 
 // Files a run writes into out_dir (checkpoint-<step>.safetensors aside).
 // config.json: a gpt2 run writes its model in Hugging Face's layout (TrainerOptions::save_model).
-constexpr const char* kRunFiles[] = {"metrics.jsonl", "summary.json", "model.safetensors", "checkpoint.safetensors",
-                                     "config.json"};
+// The files a run writes (--overwrite replaces another run's): the Trainer's, and those a model
+// with a layout of its own writes beside its weights, as save_pretrained does (the CLI's gpt2: its
+// config.json and its tokenizer).
+constexpr const char* kRunFiles[] = {"metrics.jsonl",         "summary.json", "model.safetensors",
+                                     "checkpoint.safetensors", "config.json",  "vocab.json",
+                                     "merges.txt",             "tokenizer.json", "tokenizer_config.json",
+                                     "special_tokens_map.json"};
 
 constexpr std::string_view kSafetensors = ".safetensors";
 constexpr std::string_view kShardInfix = ".zero-";

@@ -275,6 +275,7 @@ TrainSummary Trainer::fit() {
   if (writes_files()) {
     if (!out_dir_ready_) {
       detail::prepare_out_dir(options_.out_dir, options_.overwrite, resumed_from_, step_);
+      if (options_.write_run_files) options_.write_run_files(options_.out_dir);
       out_dir_ready_ = true;
     }
     const std::string path = (fs::path(options_.out_dir) / "metrics.jsonl").string();

@@ -6,14 +6,61 @@
 //   tokens-train.bin, tokens-val.bin   llm.c token files of tokens below 64 (the tiny GPT-2 fixture's
 //                        vocabulary), 2049 and 257 tokens
 //   tokens-big.bin       the same with a token (100) outside that vocabulary
+//   tiny.tiktoken        a byte-level BPE vocabulary: the 256 bytes and 24 merges of English text
+//                        (ranks 0..279; <|endoftext|> is then 280), for a GPT-2 of vocabulary 300
+//   tiny-gpt2-300.json   that GPT-2's config.json (64 positions, C 32, 2 layers, 4 heads)
+//   bad.tiktoken         the same vocabulary with a line that is not base64 (line 3)
 #include <mixtrain/data/token_file.h>
 #include <mixtrain/mixtrain.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
+
+namespace {
+
+std::string base64(const std::string& bytes) {
+  static const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
+    out += table[(v >> 18) & 63];
+    out += table[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? table[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? table[v & 63] : '=';
+  }
+  return out;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// "base64(bytes) rank" per token: the 256 bytes, then merges whose parts are tokens already.
+void write_tiny_tiktoken(const std::string& dir) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  for (const char* t : {"th", "he", " t", "the", " the", "in", "er", "an", " a", "re", "on", "at", "en", "ro",
+                        "ow", "ox", " f", " fox", " d", "do", " do", " dog", "qu", " qu"})
+    tokens.emplace_back(t);
+  std::string good, bad;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const std::string line = base64(tokens[r]) + " " + std::to_string(r) + "\n";
+    good += line;
+    bad += r == 2 ? "not*base64 2\n" : line;
+  }
+  write_text(dir + "/tiny.tiktoken", good);
+  write_text(dir + "/bad.tiktoken", bad);
+  write_text(dir + "/tiny-gpt2-300.json",
+             R"({"model_type": "gpt2", "vocab_size": 300, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 4})");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace mt = mixtrain;
@@ -35,6 +82,7 @@ int main(int argc, char** argv) {
   mt::data::TokenFileDataset::write(dir + "/tokens-train.bin", tokens(2049, 0));
   mt::data::TokenFileDataset::write(dir + "/tokens-val.bin", tokens(257, 0));
   mt::data::TokenFileDataset::write(dir + "/tokens-big.bin", tokens(257, 100));
+  write_tiny_tiktoken(dir);
   ::unlink((dir + "/fifo").c_str());
   if (::mkfifo((dir + "/fifo").c_str(), 0600) != 0) {
     std::perror("mkfifo");

@@ -77,27 +77,22 @@ std::unique_ptr<CLI::App> make_app(Invocation& inv) {
   app->failure_message([](const CLI::App*, const CLI::Error& e) {
     return "mixtrain: error: " + one_line(e.what()) + " (see --help)\n";
   });
-  inv.train_cmd = add_train_command(*app, inv.train);
-  inv.compare_cmd = add_compare_command(*app, inv.compare);
-  inv.bench_cmd = add_bench_command(*app, inv.bench);
-  inv.inspect_cmd = add_inspect_command(*app, inv.inspect_file);
-  inv.generate_cmd = add_generate_command(*app, inv.generate);
+#define MIXTRAIN_ADD_COMMAND(name) inv.commands.push_back(make_##name##_command());
+  MIXTRAIN_COMMANDS(MIXTRAIN_ADD_COMMAND)
+#undef MIXTRAIN_ADD_COMMAND
+  for (const auto& c : inv.commands) inv.apps.push_back(c->add(*app));
   require_strict_numbers(*app);
   return app;
 }
 
+Command* Invocation::chosen() const {
+  for (size_t i = 0; i < commands.size(); ++i)
+    if (apps[i]->parsed()) return commands[i].get();
+  return nullptr;
+}
+
 void check_invocation(const Invocation& inv) {
-  auto check_run = [](const RunArgs& a, const std::vector<std::string>& precisions) {
-    const DataSpec spec = parse_data_spec(a.data);
-    for (const std::string& p : precisions) check_combination(a, spec, train::parse_precision(p));
-    train::parse_nonfinite_policy(a.on_nonfinite);
-  };
-  if (inv.train_cmd != nullptr && inv.train_cmd->parsed()) {
-    check_run(inv.train, {inv.train.precision});
-    train::parse_param_dtype(inv.train.master_weights);
-  }
-  if (inv.compare_cmd != nullptr && inv.compare_cmd->parsed()) check_run(inv.compare.run, inv.compare.precisions);
-  if (inv.bench_cmd != nullptr && inv.bench_cmd->parsed()) check_run(inv.bench.run, {inv.bench.run.precision});
+  if (const Command* c = inv.chosen()) c->check();
 }
 
 }  // namespace mixtrain::cli

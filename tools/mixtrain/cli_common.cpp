@@ -128,6 +128,11 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "gpt2 without --init-from: small (124M), medium (355M), large (774M), xl (1558M) or a config.json "
                    "file in Hugging Face's format")
         ->capture_default_str();
+    app.add_option("--tokenizer", a.tokenizer,
+                   "gpt2: its BPE tokenizer for --data text:FILE and --sample-every (a Hugging Face directory, "
+                   "tokenizer.json or a .tiktoken file; default: the one in --init-from's directory). The run "
+                   "directory gets a copy, so that generate and transformers read the run's tokens")
+        ->check(CLI::ExistingPath);
     app.add_option("--context", a.context,
                    "gpt models: tokens per training sequence, at most the model's context (128 for gpt, 1024 for "
                    "gpt-small); shorter sequences train the same model faster and in less memory (0: the model's)")
@@ -137,8 +142,9 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
   if (has(Flags::kData))
     app.add_option("--data", a.data,
                    "Data: fashion-mnist[:DIR] (default dir " + std::string(data::kFashionMNISTDefaultDir) +
-                       "), mnist:DIR, text:FILE (gpt, gpt-small: bytes), tokens:TRAIN.bin[,VAL.bin] (gpt2: llm.c's "
-                       "token files), synthetic[:N] (random data, N examples)")
+                       "), mnist:DIR, text:FILE (gpt, gpt-small: bytes; gpt2: tokenized with its "
+                       "tokenizer, the first 90% of the tokens train, the rest validate), tokens:TRAIN.bin[,VAL.bin] "
+                       "(gpt2: llm.c's token files, see mixtrain tokenize), synthetic[:N] (random data, N examples)")
         ->check(throwing_validator([](const std::string& s) { parse_data_spec(s); }, "DATA"))
         ->capture_default_str();
   if (has(Flags::kPrecision)) {
@@ -160,15 +166,15 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "bytes, updates below half a bf16 step are lost) is there for comparison")
         ->check(CLI::IsMember({"master", "stochastic", "kahan", "nearest"}))
         ->capture_default_str();
-    app.add_flag("--find-nonfinite-origin", a.find_nonfinite_origin,
+    app.add_flag("--find-nonfinite-origin", a.trainer.find_nonfinite_origin,
                  "Check every op's outputs, forward and backward, and name the first one that made inf or NaN from "
                  "finite inputs (op, module, dtypes, shapes, step) in the divergence error and metrics.jsonl; "
                  "costs one extra read of every activation and gradient");
-    app.add_option("--numerics-report", a.numerics_report,
+    app.add_option("--numerics-report", a.trainer.numerics_report_dir,
                    "Sample activations, gradients and parameters every --numerics-every steps against the fp16, "
                    "bf16 and FP8 ranges and write DIR/report.md (per module and op: amax, smallest value, what would "
                    "flush to zero or overflow, rounding error, a recommendation) and DIR/numerics.png");
-    app.add_option("--numerics-every", a.numerics_every, "Steps between two samples of --numerics-report")
+    app.add_option("--numerics-every", a.trainer.numerics_every, "Steps between two samples of --numerics-report")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
         ->capture_default_str();
     app.add_flag("--checkpoint-activations", a.checkpoint_activations,
@@ -195,10 +201,10 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "--precision fp8: max (the largest amax of the history) or most_recent (the last one)")
         ->check(CLI::IsMember({"max", "most_recent"}))
         ->capture_default_str();
-    app.add_option("--batch-size", a.batch_size, "Examples per step")
+    app.add_option("--batch-size", a.trainer.batch_size, "Examples per step")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
         ->capture_default_str();
-    app.add_option("--seed", a.seed, "Seed of the model init, data order and every generator")->capture_default_str();
+    app.add_option("--seed", a.trainer.seed, "Seed of the model init, data order and every generator")->capture_default_str();
     app.add_option("--threads", a.threads, "CPU threads (0: one per logical processor)")
         ->check(CLI::Range(0, kMaxThreads))
         ->capture_default_str();
@@ -206,10 +212,10 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
         ->capture_default_str();
   }
   if (has(Flags::kTraining)) {
-    app.add_option("--epochs", a.epochs, "Epochs over the training set")
+    app.add_option("--epochs", a.trainer.epochs, "Epochs over the training set")
         ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
         ->capture_default_str();
-    app.add_option("--steps", a.steps, "Stop after this many steps in total (overrides --epochs; 0: off)")
+    app.add_option("--steps", a.trainer.max_steps, "Stop after this many steps in total (overrides --epochs; 0: off)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
         ->capture_default_str();
     app.add_option("--lr", a.lr, "AdamW learning rate")
@@ -222,7 +228,7 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "Learning-rate decay over the run: cosine (to --lr-min-factor x --lr) or constant")
         ->check(CLI::IsMember({"cosine", "constant"}))
         ->capture_default_str();
-    app.add_option("--lr-min-factor", a.lr_min_factor, "Where cosine decay ends, as a fraction of --lr (0: decay to 0)")
+    app.add_option("--lr-min-factor", a.trainer.lr_min_factor, "Where cosine decay ends, as a fraction of --lr (0: decay to 0)")
         ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
     app.add_option("--augment", a.augment,
@@ -230,21 +236,25 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "sample and epoch from the seed) or none; image models only")
         ->check(CLI::IsMember({"none", "flip"}))
         ->capture_default_str();
-    app.add_option("--checkpoint-every", a.checkpoint_every,
+    app.add_option("--checkpoint-every", a.trainer.checkpoint_every,
                    "Write DIR/checkpoint-<step>.safetensors every N steps (0: only the final checkpoint)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
         ->capture_default_str();
-    app.add_option("--keep-checkpoints", a.keep_checkpoints,
+    app.add_option("--keep-checkpoints", a.trainer.keep_checkpoints,
                    "Keep only the newest N DIR/checkpoint-<step>.safetensors files (0: keep all)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
         ->capture_default_str();
-    app.add_option("--zero", a.zero,
+    app.add_option("--zero", a.trainer.zero_stage,
                    "ZeRO stage: 1 shards the optimizer state (fp32 masters, moments) over the mpirun processes, each "
                    "holding 1/N of it, with the same trajectory as 0 (every process holds all of it); checkpoints "
                    "then save one shard per process beside the checkpoint and resume on any number of processes")
         ->check(CLI::Range(0, 1))
         ->capture_default_str();
-    app.add_option("--log-every", a.log_every, "Write every N-th step to metrics.jsonl")
+    app.add_option("--sample-every", a.sample_every,
+                   "Language models: print a short text generated from the model every N steps (0: never)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+        ->capture_default_str();
+    app.add_option("--log-every", a.trainer.log_every, "Write every N-th step to metrics.jsonl")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
         ->capture_default_str();
     app.add_option("--on-nonfinite", a.on_nonfinite,
@@ -252,12 +262,12 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "stop (exit code 3, no file overwritten), skip the step, or continue")
         ->check(CLI::IsMember({"stop", "skip", "continue"}))
         ->capture_default_str();
-    app.add_flag("--overwrite", a.overwrite,
+    app.add_flag("--overwrite", a.trainer.overwrite,
                  "Replace the run files (metrics, summary, model, checkpoints) of another run in the output "
                  "directory; without it a non-empty output directory is refused");
   }
   if (has(Flags::kResume)) {
-    app.add_option("--resume", a.resume,
+    app.add_option("--resume", a.trainer.resume_from,
                    "Continue from a training checkpoint, bit for bit (the run's settings must match it), or 'auto': "
                    "from the newest checkpoint in --out if there is one, else from the start")
         ->check(throwing_validator(
@@ -266,59 +276,11 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                 throw UsageError(mixtrain::detail::quote_untrusted(s, 256) + " does not exist");  // CLI11 names the flag
             },
             "FILE|auto"));
-    app.add_option("--resume-override", a.resume_overrides,
+    app.add_option("--resume-override", a.trainer.resume_overrides,
                    "Settings a resume may change from the checkpoint's (comma-separated names, as a refused resume "
                    "lists them: lr, weight_decay, total_steps, seed, data, ...)")
         ->delimiter(',');
   }
-}
-
-nn::GPT2Config run_gpt2_config(const RunArgs& a, std::vector<std::string>* notes) {
-  if (!a.init_from.empty()) return io::read_gpt2_config((std::filesystem::path(a.init_from) / "config.json").string(), notes);
-  if (a.gpt2_config == "small") return nn::GPT2Config::small();
-  if (a.gpt2_config == "medium") return nn::GPT2Config::medium();
-  if (a.gpt2_config == "large") return nn::GPT2Config::large();
-  if (a.gpt2_config == "xl") return nn::GPT2Config::xl();
-  return io::read_gpt2_config(a.gpt2_config, notes);
-}
-
-std::shared_ptr<nn::Module> make_run_model(const RunArgs& a) {
-  if (a.model != "gpt2") return cli::make_model(a.model, a.seed);
-  if (!a.init_from.empty()) return io::load_hf_gpt2(a.init_from);
-  return cli::make_gpt2(run_gpt2_config(a), a.seed);
-}
-
-cli::ModelInfo run_model_info(const RunArgs& a) {
-  const bool gpt2 = a.model == "gpt2";
-  if (!gpt2 && !a.init_from.empty())
-    throw UsageError("--init-from loads a Hugging Face GPT-2: it needs --model gpt2, not " + a.model);
-  if (!gpt2 && a.gpt2_config != "small")
-    throw UsageError("--gpt2-config sets the architecture of --model gpt2, not of " + a.model);
-  if (gpt2 && !a.init_from.empty() && a.gpt2_config != "small")
-    throw UsageError("--gpt2-config and --init-from both give the architecture: --init-from's config.json is used, "
-                     "drop --gpt2-config");
-  if (gpt2) {
-    const nn::GPT2Config config = run_gpt2_config(a);
-    cli::ModelInfo info = cli::gpt2_model_info(config);
-    if (a.context == 0) return info;
-    if (a.context > config.n_positions)
-      throw UsageError("--context " + std::to_string(a.context) + " is longer than the model's " +
-                       std::to_string(config.n_positions) + " positions");
-    nn::GPT2Config shorter = config;
-    shorter.n_positions = a.context;  // the FLOPs of sequences of that length
-    info.sample_shape = {a.context};
-    info.flops_per_sample = cli::gpt2_model_info(shorter).flops_per_sample;
-    return info;
-  }
-  cli::ModelInfo info = cli::model_info(a.model);
-  if (a.context == 0) return info;
-  if (info.task != cli::ModelTask::kLanguageModel)
-    throw UsageError("--context sets the sequence length of the gpt models; model " + a.model + " classifies images");
-  const nn::GPTConfig config = cli::gpt_config(a.model);
-  if (a.context > config.context)
-    throw UsageError("--context " + std::to_string(a.context) + " is longer than model " + a.model + "'s context of " +
-                     std::to_string(config.context) + " tokens");
-  return with_sequence_length(info, config, a.context);
 }
 
 cli::ModelInfo with_sequence_length(cli::ModelInfo info, nn::GPTConfig config, int64_t tokens) {
@@ -326,37 +288,6 @@ cli::ModelInfo with_sequence_length(cli::ModelInfo info, nn::GPTConfig config, i
   info.sample_shape = {tokens};
   info.flops_per_sample = cli::gpt_model_info(config).flops_per_sample;
   return info;
-}
-
-void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision precision) {
-  const cli::ModelInfo info = run_model_info(a);
-  const bool lm = info.task == cli::ModelTask::kLanguageModel;
-  const bool text = spec.kind == DataSpec::Kind::kText, tokens = spec.kind == DataSpec::Kind::kTokens;
-  const bool gpt2 = a.model == "gpt2";
-  if (gpt2 && !(tokens || spec.kind == DataSpec::Kind::kSynthetic))
-    throw UsageError("model gpt2 reads BPE tokens: use --data tokens:TRAIN.bin[,VAL.bin] (llm.c's token files) or "
-                     "--data synthetic");
-  if (lm && !gpt2 && !(text || spec.kind == DataSpec::Kind::kSynthetic))
-    throw UsageError("model " + a.model + " is a byte-level language model: use --data text:FILE or --data synthetic");
-  if (!lm && (text || tokens))
-    throw UsageError("model " + a.model + " classifies 28x28 images: --data " +
-                     (text ? "text:FILE needs --model gpt" : "tokens:FILE needs --model gpt2"));
-  if (lm && a.augment != "none")
-    throw UsageError("--augment " + a.augment + " mirrors images; model " + a.model + " reads token sequences");
-  if (precision == train::Precision::kFp8 && a.checkpoint_activations)
-    throw UsageError("--checkpoint-activations cannot be used with --precision fp8: the recomputed forward would "
-                     "quantise with scales that changed since the forward");
-  // compare's "same" gives each 16-bit run parameters of its own dtype, valid by construction.
-  if (a.master_weights == "same") return;
-  const train::PrecisionConfig c{.precision = precision,
-                                 .param_dtype = train::parse_param_dtype(a.master_weights),
-                                 .compact_state = a.compact_state,
-                                 .weight_update = train::parse_weight_update(a.weight_update)};
-  try {
-    train::validate(c);
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
 }
 
 int apply_threads(int threads) {
@@ -404,108 +335,10 @@ std::string random_text(int64_t n, uint64_t seed) {
   return s;
 }
 
-LoadedData load_data(const DataSpec& spec, const cli::ModelInfo& model, uint64_t seed) {
-  LoadedData d;
-  const int64_t context = model.task == cli::ModelTask::kLanguageModel ? model.sample_shape[0] : 0;
-  // Language-model windows do not overlap (stride = context): an epoch is one pass over the text.
-  const data::TextOptions train_text{.part = data::TextPart::kTrain, .stride = context};
-  const data::TextOptions val_text{.part = data::TextPart::kVal, .stride = context};
-  switch (spec.kind) {
-    case DataSpec::Kind::kFashionMNIST:
-      d.train = std::make_unique<data::FashionMNIST>(spec.path, data::Split::kTrain);
-      d.eval = std::make_unique<data::FashionMNIST>(spec.path, data::Split::kTest);
-      break;
-    case DataSpec::Kind::kMNIST:
-      d.train = std::make_unique<data::MNIST>(spec.path, data::Split::kTrain);
-      d.eval = std::make_unique<data::MNIST>(spec.path, data::Split::kTest);
-      break;
-    case DataSpec::Kind::kText:
-      d.train = std::make_unique<data::TextDataset>(spec.path, context, train_text);
-      d.eval = std::make_unique<data::TextDataset>(spec.path, context, val_text);
-      break;
-    case DataSpec::Kind::kTokens:
-      d.train = std::make_unique<data::TokenFileDataset>(spec.path, context, model.num_outputs);
-      if (!spec.val_path.empty())
-        d.eval = std::make_unique<data::TokenFileDataset>(spec.val_path, context, model.num_outputs);
-      break;
-    case DataSpec::Kind::kSynthetic:
-      if (model.task == cli::ModelTask::kLanguageModel && model.name == "gpt2") {
-        // Uniform tokens of the vocabulary, for synthetic_size training windows and a tenth as many
-        // for validation.
-        auto tokens = [&](int64_t windows, uint32_t stream) {
-          std::vector<uint16_t> t(static_cast<size_t>(windows * context + 1));
-          for (size_t i = 0; i < t.size(); ++i)
-            t[i] = static_cast<uint16_t>(random::philox(i, seed, stream)[0] % static_cast<uint64_t>(model.num_outputs));
-          return t;
-        };
-        d.train = std::make_unique<data::TokenFileDataset>(data::TokenFileDataset::from_tokens(
-            tokens(spec.synthetic_size, 8), context, model.num_outputs, {}, "synthetic"));
-        d.eval = std::make_unique<data::TokenFileDataset>(data::TokenFileDataset::from_tokens(
-            tokens(std::max<int64_t>(2, spec.synthetic_size / 10), 9), context, model.num_outputs, {}, "synthetic"));
-      } else if (model.task == cli::ModelTask::kLanguageModel) {
-        // Enough random bytes for synthetic_size training windows plus a 10% validation part that
-        // holds at least two windows.
-        const int64_t bytes = std::max((spec.synthetic_size * 10 / 9 + 2) * context + 2, 20 * (context + 1));
-        const std::string text = random_text(bytes, seed);
-        d.train =
-            std::make_unique<data::TextDataset>(data::TextDataset::from_string(text, context, train_text, "synthetic"));
-        d.eval =
-            std::make_unique<data::TextDataset>(data::TextDataset::from_string(text, context, val_text, "synthetic"));
-      } else {
-        // A held-out set drawn with another seed, a fifth of the training size.
-        d.train =
-            std::make_unique<data::SyntheticDataset>(spec.synthetic_size, model.sample_shape, model.num_outputs, seed);
-        d.eval = std::make_unique<data::SyntheticDataset>(std::max<int64_t>(1, spec.synthetic_size / 5),
-                                                          model.sample_shape, model.num_outputs, seed + 1);
-      }
-      break;
-  }
-  return d;
-}
-
-train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precision, DType param_dtype) {
-  const cli::ModelInfo info = run_model_info(a);
-  train::TrainerOptions o;
-  o.precision = {.precision = precision, .scaler = train::parse_scaler_mode(a.scaler), .param_dtype = param_dtype};
-  o.epochs = a.epochs;
-  o.max_steps = a.steps;
-  o.batch_size = a.batch_size;
-  o.seed = a.seed;
-  o.out_dir = a.out;
-  o.checkpoint_every = a.checkpoint_every;
-  o.keep_checkpoints = a.keep_checkpoints;
-  o.zero_stage = a.zero;
-  o.resume_from = a.resume;
-  o.resume_overrides = a.resume_overrides;
-  o.on_nonfinite = train::parse_nonfinite_policy(a.on_nonfinite);
-  o.find_nonfinite_origin = a.find_nonfinite_origin;
-  o.numerics_report_dir = a.numerics_report;
-  o.numerics_every = a.numerics_every;
-  o.overwrite = a.overwrite;
-  o.log_every = a.log_every;
-  o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
-  o.lr_min_factor = a.lr_min_factor;
-  o.model_name = a.model;
-  o.data_name = a.data;
-  o.augment_name = a.augment;
-  o.precision.compact_state = a.compact_state;
-  o.precision.weight_update = train::parse_weight_update(a.weight_update);
-  o.precision.rounding_seed = a.seed;
-  o.precision.fp8 = {.format = amp::parse_fp8_format(a.fp8_format),
-                     .amax_history_len = a.fp8_history,
-                     .margin = a.fp8_margin,
-                     .amax_compute = amp::parse_amax_compute(a.fp8_amax)};
-  if (a.augment == "flip") o.train_transform = data::random_horizontal_flip(a.seed);
-  o.flops_per_sample = info.flops_per_sample;
-  // Language-model logits are [B, 128, 256]: smaller evaluation batches keep them modest.
-  o.eval_batch_size = info.task == cli::ModelTask::kLanguageModel ? 64 : 500;
-  return o;
-}
-
 std::string describe_lr_decay(const RunArgs& a) {
   if (a.lr_decay == "constant") return "constant";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "cosine decay to %gx", a.lr_min_factor);
+  std::snprintf(buf, sizeof buf, "cosine decay to %gx", a.trainer.lr_min_factor);
   return buf;
 }
 

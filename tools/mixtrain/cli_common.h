@@ -32,12 +32,19 @@ struct DataSpec {
 DataSpec parse_data_spec(const std::string& text);  // throws UsageError
 std::string describe(const DataSpec& spec);
 
-// The flags shared by train, compare and bench.
+// The flags shared by train, compare and bench. Flags that are a Trainer option write into
+// `trainer` directly (--epochs, --steps, --batch-size, --seed, --checkpoint-every, --keep-checkpoints,
+// --zero, --resume, --resume-override, --find-nonfinite-origin, --numerics-report, --numerics-every,
+// --overwrite, --log-every, --lr-min-factor); the others are names the run parses (precision, scaler,
+// decay, ...) or describe the model and data.
 struct RunArgs {
   std::string model = "mlp";
   std::string init_from;              // --init-from DIR: gpt2 config and weights in Hugging Face's layout
   std::string gpt2_config = "small";  // --gpt2-config: small, medium, large, xl or a config.json
   int64_t context = 0;  // --context: tokens per training sequence of a gpt model (0: the model's context)
+  int64_t embed = 0;    // --embed (bench): the width of a resizable model (0: the model's)
+  std::string tokenizer;  // --tokenizer DIR|FILE: the BPE tokenizer of a token model ("": beside its weights)
+  int64_t sample_every = 0;  // --sample-every N: a generated sample every N steps (0: none)
   std::string data = "fashion-mnist";
   std::string precision = "fp32";
   std::string scaler = "auto";
@@ -50,29 +57,18 @@ struct RunArgs {
   int fp8_history = 1024;
   int fp8_margin = 0;
   std::string fp8_amax = "max";
-  int64_t epochs = 1;
-  int64_t steps = 0;
-  int64_t batch_size = 128;
   double lr = 1e-3;
   double weight_decay = 0.01;
   std::string lr_decay = "cosine";
-  double lr_min_factor = 0.1;  // --lr-min-factor: where cosine decay ends, as a fraction of --lr
   std::string augment = "none";
-  uint64_t seed = 0;
   int threads = 0;  // 0: every core
   std::string device = "cpu";  // --device: cpu, cuda or cuda:N
   std::string out;
-  int64_t checkpoint_every = 0;
-  int64_t keep_checkpoints = 0;
-  int zero = 0;  // --zero: 1 shards the optimizer state over the ranks (ZeRO stage 1)
-  std::string resume;  // a checkpoint, or "auto": the newest in --out, else a fresh start
-  std::vector<std::string> resume_overrides;
   std::string on_nonfinite = "stop";
-  bool find_nonfinite_origin = false;  // --find-nonfinite-origin
-  std::string numerics_report;         // --numerics-report DIR
-  int64_t numerics_every = 100;        // --numerics-every N
-  bool overwrite = false;
-  int64_t log_every = 1;
+  // The CLI's defaults where they differ from the Trainer's: cosine decay ends at 0.1 x --lr.
+  // trainer.resume_from may also be "auto" (the newest checkpoint in --out, else a fresh start) until
+  // train resolves it.
+  train::TrainerOptions trainer = {.lr_min_factor = 0.1};
 };
 
 // Which flags a subcommand registers.
@@ -88,10 +84,6 @@ constexpr unsigned operator|(Flags a, Flags b) { return static_cast<unsigned>(a)
 constexpr unsigned operator|(unsigned a, Flags b) { return a | static_cast<unsigned>(b); }
 void add_run_flags(CLI::App& app, RunArgs& args, unsigned flags);
 
-// Checks the flag combinations (model vs data, master weights vs precision) before any data is
-// loaded; throws UsageError.
-void check_combination(const RunArgs& args, const DataSpec& spec, train::Precision precision);
-
 // Sets the OpenMP thread count (--threads, 0: every core) and returns it.
 int apply_threads(int threads);
 
@@ -105,31 +97,12 @@ struct LoadedData {
   std::unique_ptr<data::Dataset> train;
   std::unique_ptr<data::Dataset> eval;
 };
-// Loads (or generates) the training and evaluation sets for the model. mt::Error for missing or
-// corrupt files, with the install hint for Fashion-MNIST.
-LoadedData load_data(const DataSpec& spec, const cli::ModelInfo& model, uint64_t seed);
-
-// The GPT-2 configuration of a run of --model gpt2: --init-from's config.json, else --gpt2-config's
-// size or file. `notes` (may be null) receives what the config asks that mixtrain will not do.
-nn::GPT2Config run_gpt2_config(const RunArgs& args, std::vector<std::string>* notes = nullptr);
-
-// The model of a run, on the CPU: make_model(--model, --seed), or for gpt2 the configuration of
-// run_gpt2_config with --init-from's weights or an initialisation from --seed.
-std::shared_ptr<nn::Module> make_run_model(const RunArgs& args);
-
-// The model of a run as it trains: model_info(args.model), with the sequence length and FLOPs of
-// --context for the gpt models (the parameters stay the model's). Throws UsageError for a --context
-// on an image model or beyond the model's context.
-cli::ModelInfo run_model_info(const RunArgs& args);
 // `info` of a GPT with `config`, trained on sequences of `tokens` (<= config.context): the sample
 // shape and FLOPs of that length, the parameters of the model.
 cli::ModelInfo with_sequence_length(cli::ModelInfo info, nn::GPTConfig config, int64_t tokens);
 
 // `n` pseudo-random bytes (Philox keyed by `seed`): random tokens for the gpt model.
 std::string random_text(int64_t n, uint64_t seed);
-
-// TrainerOptions for one precision and parameter dtype (callbacks and out_dir left to the caller).
-train::TrainerOptions trainer_options(const RunArgs& args, train::Precision precision, DType param_dtype);
 
 // "1.23 MiB"
 std::string human_bytes(double bytes);

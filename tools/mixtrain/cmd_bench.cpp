@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "run_setup.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/memory.h"
 #include "mixtrain/nn/checkpoint.h"
@@ -11,21 +12,37 @@
 
 namespace mixtrain::cli {
 
-CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
+namespace {
+
+struct BenchArgs {
+  RunArgs run;
+  int64_t warmup = 5;
+  bool json = false;
+};
+
+// Synthetic data: random images or random tokens, exactly enough for one pass.
+DataSpec bench_data(const BenchArgs& b) {
+  DataSpec spec;
+  spec.kind = DataSpec::Kind::kSynthetic;
+  spec.synthetic_size = b.run.trainer.batch_size * (b.warmup + b.run.trainer.max_steps);
+  return spec;
+}
+
+CLI::App* add_bench_flags(CLI::App& app, BenchArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time training steps on synthetic data: step time, samples/s, GFLOP/s and peak memory");
-  args.run.steps = 20;
+  args.run.trainer.max_steps = 20;
   add_run_flags(*cmd, args.run, Flags::kModel | Flags::kPrecision | Flags::kCommon);
   cmd->add_option("--master-weights", args.run.master_weights, "Parameter dtype: fp32, or bf16/fp16 (= --precision)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  cmd->add_option("--steps", args.run.steps, "Timed steps")
+  cmd->add_option("--steps", args.run.trainer.max_steps, "Timed steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
   cmd->add_option("--warmup", args.warmup, "Untimed steps first (optimizer state, caches)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
-  cmd->add_option("--embed", args.embed,
+  cmd->add_option("--embed", args.run.embed,
                   "gpt only: embedding width C, a multiple of the 4 heads (default 256), for scaling studies")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 16));
   cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
@@ -35,35 +52,20 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
 int run_bench(const BenchArgs& b) {
   RunArgs a = b.run;
   const train::Precision precision = train::parse_precision(a.precision);
-  // Synthetic data: random images (SyntheticDataset) or random tokens, exactly enough for one pass.
-  DataSpec spec;
-  spec.kind = DataSpec::Kind::kSynthetic;
-  spec.synthetic_size = a.batch_size * (b.warmup + a.steps);
+  const DataSpec spec = bench_data(b);
   check_combination(a, spec, precision);
   const int threads = apply_threads(a.threads);
   const Device device = parse_device(a.device);
-  cli::ModelInfo info = run_model_info(a);
-  nn::GPTConfig gpt_config =
-      info.task == cli::ModelTask::kLanguageModel && a.model != "gpt2" ? cli::gpt_config(a.model) : nn::GPTConfig{};
-  if (b.embed > 0) {
-    if (a.model != "gpt")
-      throw UsageError("--embed sets the width of the gpt model; model " + a.model + " has a fixed architecture");
-    if (b.embed % gpt_config.num_heads != 0)
-      throw UsageError("--embed must be a multiple of the " + std::to_string(gpt_config.num_heads) + " heads, got " +
-                       std::to_string(b.embed));
-    gpt_config.embed_dim = b.embed;
-    info = cli::gpt_model_info(gpt_config);
-    if (a.context > 0) info = with_sequence_length(info, gpt_config, a.context);
-  }
-  LoadedData data = load_data(spec, info, a.seed);
+  const ModelInfo info = run_model_info(a);
+  LoadedData data = load_data(spec, a, info, /*codec=*/nullptr);
 
-  std::shared_ptr<nn::Module> model = b.embed > 0 ? cli::make_gpt(gpt_config, a.seed) : make_run_model(a);
+  std::shared_ptr<nn::Module> model = make_run_model(a);
   if (a.checkpoint_activations) nn::set_activation_checkpointing(*model, true);
   model->to(device);
   train::TrainerOptions o = trainer_options(a, precision, train::parse_param_dtype(a.master_weights));
   if (dist::launched_by_mpi()) o.process_group = &dist::world();  // data parallel: samples_per_sec of the job
   o.flops_per_sample = info.flops_per_sample;
-  o.max_steps = b.warmup + a.steps;
+  o.max_steps = b.warmup + a.trainer.max_steps;
   o.timing_warmup_steps = b.warmup;
   o.out_dir.clear();
   o.eval_every_epoch = false;
@@ -75,7 +77,7 @@ int run_bench(const BenchArgs& b) {
   // Host waits on the device (mixtrain/device.h) over the same steps.
   memory::Stats at_timing_start = memory::stats(device), at_end = memory::stats(device);
   SyncCounts syncs_at_start = sync_counts(device), syncs_at_end = sync_counts(device);
-  o.on_step = [&, warmup = b.warmup, last = b.warmup + a.steps](const train::StepInfo& i) {
+  o.on_step = [&, warmup = b.warmup, last = b.warmup + a.trainer.max_steps](const train::StepInfo& i) {
     if (i.step == warmup) {
       at_timing_start = memory::stats(device);
       syncs_at_start = sync_counts(device);
@@ -87,7 +89,7 @@ int run_bench(const BenchArgs& b) {
   };
   train::Trainer trainer(*model, train::adamw(a.lr, a.weight_decay), *data.train, /*eval_data=*/nullptr, o);
   const train::TrainSummary s = trainer.fit();
-  const double steps = static_cast<double>(a.steps);
+  const double steps = static_cast<double>(a.trainer.max_steps);
   const double allocations_per_step = static_cast<double>(at_end.allocations - at_timing_start.allocations) / steps;
   const double system_allocations_per_step =
       static_cast<double>(at_end.system_allocations - at_timing_start.system_allocations) / steps;
@@ -108,14 +110,12 @@ int run_bench(const BenchArgs& b) {
                               {"precision", a.precision},
                               {"scaler", s.scaler},
                               {"master_weights", s.master_weights},
-                              {"embed", a.model == "gpt2" ? run_gpt2_config(a).n_embd
-                                        : info.task == cli::ModelTask::kLanguageModel ? gpt_config.embed_dim
-                                                                                      : 0},
+                              {"embed", find_model(a.model).embed_dim(a)},
                               {"parameters", info.num_parameters},
-                              {"batch_size", a.batch_size},
+                              {"batch_size", a.trainer.batch_size},
                               {"world_size", s.world_size},
                               {"global_batch_size", s.global_batch_size},
-                              {"steps", a.steps},
+                              {"steps", a.trainer.max_steps},
                               {"warmup", b.warmup},
                               {"threads", threads},
                               {"omp_wait_policy", wait_policy()},
@@ -129,7 +129,7 @@ int run_bench(const BenchArgs& b) {
                               {"compact_state", s.compact_state},
                               {"weight_update", s.weight_update},
                               {"checkpoint_activations", a.checkpoint_activations},
-                              {"find_nonfinite_origin", a.find_nonfinite_origin},
+                              {"find_nonfinite_origin", a.trainer.find_nonfinite_origin},
                               {"model_state_bytes", s.model_state_bytes},
                               {"model_state_bytes_per_param", s.model_state_bytes_per_param},
                               {"allocations_per_step", allocations_per_step},
@@ -140,7 +140,7 @@ int run_bench(const BenchArgs& b) {
   }
   std::printf("bench: %s, %s (scaler %s, %s parameters), batch %lld, %lld timed steps after %lld warm-up, %d threads\n",
               a.model.c_str(), a.precision.c_str(), s.scaler ? "on" : "off", s.master_weights.c_str(),
-              static_cast<long long>(a.batch_size), static_cast<long long>(a.steps), static_cast<long long>(b.warmup),
+              static_cast<long long>(a.trainer.batch_size), static_cast<long long>(a.trainer.max_steps), static_cast<long long>(b.warmup),
               threads);
   std::printf("  cpu          %s\n", cpu::describe().c_str());
   std::printf("  omp waiting  %s\n", wait_policy().c_str());
@@ -166,5 +166,22 @@ int run_bench(const BenchArgs& b) {
                 syncs["kernel_results"].get<double>(), syncs["synchronize"].get<double>());
   return 0;
 }
+
+class BenchCommand final : public Command {
+ public:
+  CLI::App* add(CLI::App& app) override { return add_bench_flags(app, args_); }
+  void check() const override {
+    const train::Precision precision = train::parse_precision(args_.run.precision);
+    check_combination(args_.run, bench_data(args_), precision);
+  }
+  int run() override { return run_bench(args_); }
+
+ private:
+  BenchArgs args_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_bench_command() { return std::make_unique<BenchCommand>(); }
 
 }  // namespace mixtrain::cli

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "run_setup.h"
 #include "gnuplot.h"
 
 extern char** environ;
@@ -24,7 +25,14 @@ namespace mixtrain::cli {
 
 namespace fs = std::filesystem;
 
-CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
+namespace {
+
+struct CompareArgs {
+  RunArgs run;
+  std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
+};
+
+CLI::App* add_compare_flags(CLI::App& app, CompareArgs& args) {
   CLI::App* cmd = app.add_subcommand(
       "compare", "Train the same model, data and seed in several precisions and compare accuracy, speed and memory");
   cmd->add_option("--precisions", args.precisions, "Comma-separated precisions to compare")
@@ -41,8 +49,6 @@ CLI::App* add_compare_command(CLI::App& app, CompareArgs& args) {
   cmd->add_option("--out", args.run.out, "Output directory (default runs/compare)")->check(non_empty());
   return cmd;
 }
-
-namespace {
 
 struct Row {
   std::string precision;
@@ -236,8 +242,6 @@ bool plot_comparison(const fs::path& dir, const std::vector<Row>& rows, const st
   return run_gnuplot((dir / "loss.gp").string(), (dir / "loss.png").string());
 }
 
-}  // namespace
-
 int run_compare(const CompareArgs& in) {
   RunArgs a = in.run;
   if (a.out.empty()) a.out = "runs/compare";
@@ -253,19 +257,19 @@ int run_compare(const CompareArgs& in) {
     throw UsageError("--out '" + a.out + "' exists and is not a directory");
   // Ours for the whole comparison, before anything there is read or written.
   const auto lock = io::DirectoryLock::acquire(a.out, "--out");
-  if (holds_files(a.out) && !a.overwrite)
+  if (holds_files(a.out) && !a.trainer.overwrite)
     throw UsageError("the output directory '" + a.out +
                      "' is not empty: it holds another comparison. Choose another --out, or pass --overwrite");
   parse_device(a.device);  // an unusable --device is refused before the data is loaded
   const int threads = apply_threads(a.threads);
   const cli::ModelInfo info = run_model_info(a);
-
-  LoadedData data = load_data(spec, info, a.seed);
+  const std::unique_ptr<TextCodec> codec = run_codec(a);
+  LoadedData data = load_data(spec, a, info, codec.get());
   std::printf(
       "mixtrain compare: %s (%lld parameters) on %s; batch %lld, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
       a.model.c_str(), static_cast<long long>(info.num_parameters), describe(spec).c_str(),
-      static_cast<long long>(a.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
-      static_cast<unsigned long long>(a.seed), threads);
+      static_cast<long long>(a.trainer.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
+      static_cast<unsigned long long>(a.trainer.seed), threads);
   std::printf("cpu %s\n", cpu::describe().c_str());
   std::fflush(stdout);
 
@@ -291,8 +295,8 @@ int run_compare(const CompareArgs& in) {
   md << "# mixtrain compare: " << a.model << " on " << describe(spec) << "\n\n"
      << "Same model initialisation, data order and seed in every precision. " << rows[0].s.steps
      << (rows[0].s.steps == 1 ? " step (" : " steps (") << fmt("%.2f", rows[0].s.epochs) << " epochs), batch "
-     << a.batch_size << ", AdamW lr " << a.lr << " (" << describe_lr_decay(a) << ") weight decay " << a.weight_decay
-     << ", seed " << a.seed << ", " << threads << " threads on " << cpu::describe() << ", "
+     << a.trainer.batch_size << ", AdamW lr " << a.lr << " (" << describe_lr_decay(a) << ") weight decay " << a.weight_decay
+     << ", seed " << a.trainer.seed << ", " << threads << " threads on " << cpu::describe() << ", "
      << (a.master_weights == "same" ? "16-bit parameters with fp32 masters" : "fp32 parameters through autocast")
      << ".\n\n"
      << markdown_table(cells) << "\n"
@@ -309,5 +313,19 @@ int run_compare(const CompareArgs& in) {
               a.out.c_str());
   return 0;
 }
+
+class CompareCommand final : public Command {
+ public:
+  CLI::App* add(CLI::App& app) override { return add_compare_flags(app, args_); }
+  void check() const override { check_run_flags(args_.run, args_.precisions); }
+  int run() override { return run_compare(args_); }
+
+ private:
+  CompareArgs args_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_compare_command() { return std::make_unique<CompareCommand>(); }
 
 }  // namespace mixtrain::cli

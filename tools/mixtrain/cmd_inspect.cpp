@@ -10,7 +10,9 @@
 
 namespace mixtrain::cli {
 
-CLI::App* add_inspect_command(CLI::App& app, std::string& file) {
+namespace {
+
+CLI::App* add_inspect_flags(CLI::App& app, std::string& file) {
   CLI::App* cmd =
       app.add_subcommand("inspect", "List the tensors (name, dtype, shape, size) and metadata of a safetensors file");
   cmd->add_option("FILE", file, "A .safetensors file (model.safetensors, a checkpoint, any safetensors file)")
@@ -55,5 +57,19 @@ int run_inspect(const std::string& file) {
     std::printf("  %s = %s\n", detail::escape_untrusted(key).c_str(), detail::escape_untrusted(value).c_str());
   return 0;
 }
+
+class InspectCommand final : public Command {
+ public:
+  CLI::App* add(CLI::App& app) override { return add_inspect_flags(app, file_); }
+  bool computes() const override { return false; }
+  int run() override { return run_inspect(file_); }
+
+ private:
+  std::string file_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_inspect_command() { return std::make_unique<InspectCommand>(); }
 
 }  // namespace mixtrain::cli

@@ -12,6 +12,9 @@
 #include <fstream>
 
 #include "commands.h"
+#include "mixtrain/nn/generation.h"
+#include "mixtrain/text/tokenizer.h"
+#include "run_setup.h"
 #include "mixtrain/dist/process_group.h"
 #include "mixtrain/nn/checkpoint.h"
 #include "gnuplot.h"
@@ -50,9 +53,35 @@ bool plot_numerics(const std::string& dir) {
   return md.good();
 }
 
+// A short text from the model as it trains (--sample-every): sampled (temperature 1, top-k 40, the
+// same stream at every step) from the end-of-text token, or a newline for byte models, in eval mode;
+// the training mode and every training generator are left as they were.
+void print_sample(nn::Module& model, const TextCodec& codec, Device device, const std::string& label, int64_t step) {
+  auto* decoder = dynamic_cast<nn::IncrementalDecoder*>(&model);
+  if (decoder == nullptr) return;
+  const std::optional<int64_t> eot = codec.end_of_text();
+  const std::vector<int64_t> prompt = eot ? std::vector<int64_t>{*eot} : codec.encode("\n");
+  nn::GenerateOptions o{.max_new_tokens = std::min<int64_t>(64, decoder->max_positions() - 1),
+                        .temperature = 1.0,
+                        .top_k = 40,
+                        .seed = 1234,
+                        .stop_token = eot.value_or(-1)};
+  const bool training = model.is_training();
+  model.eval();
+  std::vector<int64_t> out = nn::generate(*decoder, prompt, o, device);
+  model.train(training);
+  if (!out.empty() && eot && out.back() == *eot) out.pop_back();
+  std::string text = text::printable(codec.decode(out));
+  for (char& c : text)
+    if (c == '\n' || c == '\r') c = ' ';  // one line in the log
+  if (Progress::stdout_is_terminal()) std::printf("\r\033[2K");  // over the progress bar
+  std::printf("%ssample at step %lld: %s\n", label.c_str(), static_cast<long long>(step), text.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
-CLI::App* add_train_command(CLI::App& app, RunArgs& args) {
+static CLI::App* add_train_flags(CLI::App& app, RunArgs& args) {
   CLI::App* cmd = app.add_subcommand("train", "Train a model in one precision and write metrics, summary and weights");
   add_run_flags(*cmd, args,
                 Flags::kModel | Flags::kData | Flags::kPrecision | Flags::kTraining | Flags::kResume | Flags::kCommon);
@@ -74,16 +103,19 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
   train::TrainerOptions o = trainer_options(args, precision, param_dtype);
   if (dist::launched_by_mpi()) o.process_group = &dist::world();
   o.out_dir = out_dir;
-  if (args.model == "gpt2") {  // weights as transformers reads them, config.json beside
-    // Every key of --init-from's config.json is kept in the run's (token ids, task parameters, ...).
-    const std::string source = args.init_from.empty() ? std::string()
-                                                      : io::read_file((std::filesystem::path(args.init_from) /
-                                                                       "config.json").string(), 1 << 20, "--init-from");
-    o.save_model = [source](const nn::Module& m, const std::string& dir, const std::map<std::string, std::string>& meta) {
-      io::save_hf_gpt2(dynamic_cast<const nn::GPT2&>(m), dir, meta, source);
-    };
+  const ModelKind& kind = find_model(args.model);
+  o.save_model = kind.saver(args);
+  // The run directory holds the tokenizer of a model of tokens, written before the first step, so
+  // that generate and transformers read the run's weights and checkpoints as text at any time.
+  const std::unique_ptr<TextCodec> codec = run_codec(args);
+  const bool writes = !dist::launched_by_mpi() || dist::world().rank() == 0;
+  if (codec != nullptr && kind.reads() == Reads::kTokens) {
+    RunArgs whole = args;
+    whole.context = 0;  // the model's positions, not the training sequences'
+    const int64_t context = kind.describe(whole).sample_shape[0];
+    o.write_run_files = [&codec, context](const std::string& dir) { codec->save(dir, context); };
   }
-  Progress progress(label, args.batch_size, Progress::stdout_is_terminal());
+  Progress progress(label, args.trainer.batch_size, Progress::stdout_is_terminal());
   progress.attach(o);
   if (curves != nullptr) {
     o.on_step = [&progress, curves](const train::StepInfo& i) {
@@ -94,6 +126,14 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
       const bool has = i.eval && i.eval->accuracy;
       curves->epoch_accuracy.push_back(has ? 100.0 * *i.eval->accuracy : std::nan(""));
       progress.on_epoch(i);
+    };
+  }
+  if (args.sample_every > 0 && codec != nullptr && writes) {
+    const Device device = parse_device(args.device);
+    o.on_step = [on_step = o.on_step, &model, &codec, device, label, every = args.sample_every](
+                    const train::StepInfo& i) {
+      if (on_step) on_step(i);
+      if (i.step % every == 0) print_sample(*model, *codec, device, label, i.step);
     };
   }
   train::Trainer trainer(*model, train::adamw(args.lr, args.weight_decay), *data.train, data.eval.get(), o);
@@ -123,8 +163,9 @@ void precheck_resume(const std::string& path) {
 
 }  // namespace
 
-int run_train(const RunArgs& in) {
+static int run_train(const RunArgs& in) {
   RunArgs a = in;
+  const ModelKind& kind = find_model(a.model);
   if (a.out.empty()) a.out = "runs/train";
   const DataSpec spec = parse_data_spec(a.data);
   const train::Precision precision = train::parse_precision(a.precision);
@@ -134,38 +175,31 @@ int run_train(const RunArgs& in) {
   // The directory is this run's from here to exit, before anything in it is read (rank 0 writes it).
   std::shared_ptr<io::DirectoryLock> lock;
   if (!dist::launched_by_mpi() || dist::world().rank() == 0) lock = io::DirectoryLock::acquire(a.out, "--out");
-  if (a.resume == "auto") {
+  if (a.trainer.resume_from == "auto") {
     // The newest checkpoint of this output directory, or a fresh start that replaces the files of the
     // interrupted attempt (the directory is this run's: that is what auto says).
-    a.resume = train::find_latest_checkpoint(a.out);
-    if (a.resume.empty()) a.overwrite = true;
+    a.trainer.resume_from = train::find_latest_checkpoint(a.out);
+    if (a.trainer.resume_from.empty()) a.trainer.overwrite = true;
   }
-  if (!a.resume.empty()) precheck_resume(a.resume);
+  if (!a.trainer.resume_from.empty()) precheck_resume(a.trainer.resume_from);
   const int threads = apply_threads(a.threads);
   const cli::ModelInfo info = run_model_info(a);
   const bool scaler = train::uses_scaler(precision, train::parse_scaler_mode(a.scaler));
 
-  LoadedData data = load_data(spec, info, a.seed);
+  const std::unique_ptr<TextCodec> codec = run_codec(a);
+  LoadedData data = load_data(spec, a, info, codec.get());
   std::printf("mixtrain train: %s (%lld parameters) on %s, %lld training examples\n", a.model.c_str(),
               static_cast<long long>(info.num_parameters), describe(spec).c_str(),
               static_cast<long long>(data.train->size()));
   const int world = dist::launched_by_mpi() ? dist::world().size() : 1;
-  const std::string batch = world == 1 ? std::to_string(a.batch_size)
-                                       : std::to_string(a.batch_size) + " per process x " + std::to_string(world) +
-                                             " processes = " + std::to_string(a.batch_size * world);
+  const std::string batch = world == 1 ? std::to_string(a.trainer.batch_size)
+                                       : std::to_string(a.trainer.batch_size) + " per process x " + std::to_string(world) +
+                                             " processes = " + std::to_string(a.trainer.batch_size * world);
   std::printf("precision %s (scaler %s, %s parameters), batch %s, AdamW lr %g (%s) wd %g, seed %llu, %d threads%s\n",
               a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(), batch.c_str(), a.lr,
-              describe_lr_decay(a).c_str(), a.weight_decay, static_cast<unsigned long long>(a.seed), threads,
+              describe_lr_decay(a).c_str(), a.weight_decay, static_cast<unsigned long long>(a.trainer.seed), threads,
               world == 1 ? "" : " per process");
-  if (a.model == "gpt2") {
-    std::vector<std::string> notes;
-    const nn::GPT2Config c = run_gpt2_config(a, &notes);
-    std::printf("gpt2 %s: vocabulary %lld, %lld positions, C %lld, %lld layers, %lld heads\n",
-                a.init_from.empty() ? ("config " + a.gpt2_config).c_str() : ("from " + a.init_from).c_str(),
-                static_cast<long long>(c.vocab_size), static_cast<long long>(c.n_positions),
-                static_cast<long long>(c.n_embd), static_cast<long long>(c.n_layer), static_cast<long long>(c.n_head));
-    for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
-  }
+  for (const std::string& line : kind.banner(a)) std::printf("%s\n", line.c_str());
   std::printf("cpu %s\n", cpu::describe().c_str());
   std::printf("products %s\n", train::products(precision, parse_device(a.device)).c_str());
   std::fflush(stdout);
@@ -185,13 +219,34 @@ int run_train(const RunArgs& in) {
               s.zero_stage == 1 ? (" per process (ZeRO-1: sharded over " + std::to_string(s.world_size) + ")").c_str()
                                 : s.world_size > 1 ? " per process (every process holds all of it)" : "");
   std::printf("  skipped steps  %lld, final scale %g\n", static_cast<long long>(s.skipped_steps), s.final_scale);
-  std::printf("  wrote          %s/{metrics.jsonl, summary.json, model.safetensors, checkpoint.safetensors%s}\n",
-              a.out.c_str(), a.model == "gpt2" ? ", config.json" : "");
-  if (!a.numerics_report.empty()) {
-    const bool plotted = plot_numerics(a.numerics_report);
-    std::printf("  numerics       %s/report.md%s\n", a.numerics_report.c_str(), plotted ? ", numerics.png" : "");
+  std::string files = "metrics.jsonl, summary.json";
+  for (const std::string& f : kind.files()) files += ", " + f;
+  if (codec != nullptr && kind.reads() == Reads::kTokens) files += ", the tokenizer's files";
+  std::printf("  wrote          %s/{%s, checkpoint.safetensors}\n", a.out.c_str(), files.c_str());
+  if (!a.trainer.numerics_report_dir.empty()) {
+    const bool plotted = plot_numerics(a.trainer.numerics_report_dir);
+    std::printf("  numerics       %s/report.md%s\n", a.trainer.numerics_report_dir.c_str(), plotted ? ", numerics.png" : "");
   }
   return 0;
 }
+
+namespace {
+
+class TrainCommand final : public Command {
+ public:
+  CLI::App* add(CLI::App& app) override { return add_train_flags(app, args_); }
+  void check() const override {
+    check_run_flags(args_, {args_.precision});
+    train::parse_param_dtype(args_.master_weights);
+  }
+  int run() override { return run_train(args_); }
+
+ private:
+  RunArgs args_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_train_command() { return std::make_unique<TrainCommand>(); }
 
 }  // namespace mixtrain::cli

@@ -1,48 +1,37 @@
-// The subcommands of the mixtrain CLI. Each registers its flags on a CLI11 subcommand and runs after
-// a successful parse; errors are thrown (UsageError, mt::Error) and printed by main as one line.
+// The subcommands of the mixtrain CLI, as a table: each is one file (cmd_<name>.cpp) that defines a
+// Command and its make_<name>_command(), and one entry of MIXTRAIN_COMMANDS. A command registers its
+// flags on a CLI11 subcommand and runs after a successful parse; errors are thrown (UsageError,
+// mt::Error) and printed by main as one line.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli_common.h"
-#include "mixtrain/nn/generation.h"
 
 namespace mixtrain::cli {
 
-struct CompareArgs {
-  RunArgs run;
-  std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
+class Command {
+ public:
+  virtual ~Command() = default;
+  // Adds the subcommand and its flags to `app`; the flags write into the command's own arguments.
+  virtual CLI::App* add(CLI::App& app) = 0;
+  // The checks of a parsed command line that need no file (data specs, precision names, flag
+  // combinations); throws UsageError or mt::Error. The CLI fuzzer runs them on arbitrary input.
+  virtual void check() const {}
+  // Whether the command runs kernels (then an invalid MIXTRAIN_MAX_ISA is refused before it starts).
+  virtual bool computes() const { return true; }
+  virtual int run() = 0;
 };
 
-struct BenchArgs {
-  RunArgs run;
-  int64_t warmup = 5;
-  int64_t embed = 0;  // gpt only: embedding width C; 0 = the model's default (256)
-  bool json = false;
-};
+// Every command, in the order --help lists them.
+#define MIXTRAIN_COMMANDS(X) X(train) X(compare) X(bench) X(generate) X(tokenize) X(inspect)
 
-struct GenerateArgs {
-  RunArgs run;  // model, gpt2_config, precision, device, threads
-  std::string weights;
-  std::string prompt;
-  std::vector<int64_t> tokens;
-  nn::GenerateOptions options;
-  bool json = false;
-};
-
-CLI::App* add_train_command(CLI::App& app, RunArgs& args);
-CLI::App* add_compare_command(CLI::App& app, CompareArgs& args);
-CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
-CLI::App* add_inspect_command(CLI::App& app, std::string& file);
-CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
-
-int run_train(const RunArgs& args);
-int run_compare(const CompareArgs& args);
-int run_bench(const BenchArgs& args);
-int run_inspect(const std::string& file);
-int run_generate(const GenerateArgs& args);
+#define MIXTRAIN_DECLARE_COMMAND(name) std::unique_ptr<Command> make_##name##_command();
+MIXTRAIN_COMMANDS(MIXTRAIN_DECLARE_COMMAND)
+#undef MIXTRAIN_DECLARE_COMMAND
 
 // What a run reports as it goes, for compare's plots: every step's loss and, per finished epoch,
 // the evaluation's accuracy (NaN when the epoch was not evaluated or the task has none).

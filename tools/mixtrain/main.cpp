@@ -1,4 +1,4 @@
-// mixtrain: the command-line tool. Subcommands train, compare, bench, inspect and generate (commands.h).
+// mixtrain: the command-line tool. Its subcommands are the table of commands.h.
 //
 // Errors are one line on stderr and a non-zero exit: CLI11's message for a bad flag (its exit
 // code), "mixtrain: error: ..." with 2 for a bad combination of flags, 3 when training diverged
@@ -54,12 +54,10 @@ int main(int argc, char** argv) {
 
   try {
     // An invalid MIXTRAIN_MAX_ISA is reported here, before any work.
-    if (!inv.inspect_cmd->parsed()) mixtrain::cpu::isa();
-    if (inv.train_cmd->parsed()) return cli::run_train(inv.train);
-    if (inv.compare_cmd->parsed()) return cli::run_compare(inv.compare);
-    if (inv.bench_cmd->parsed()) return cli::run_bench(inv.bench);
-    if (inv.inspect_cmd->parsed()) return cli::run_inspect(inv.inspect_file);
-    if (inv.generate_cmd->parsed()) return cli::run_generate(inv.generate);
+    cli::Command* command = inv.chosen();
+    if (command == nullptr) return 1;
+    if (command->computes()) mixtrain::cpu::isa();
+    return command->run();
   } catch (const mixtrain::train::NonFiniteError& e) {
     return fail(3, one_line(e.what()));
   } catch (const cli::UsageError& e) {
@@ -67,5 +65,4 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {  // mt::Error and the rest
     return fail(1, one_line(e.what()));
   }
-  return 1;
 }

@@ -20,7 +20,11 @@ constexpr int64_t layer_norm_params(int64_t c) { return 2 * c; }
 // Training FLOPs for `macs` forward multiply-accumulates: forward 2, backward 4 (see ModelInfo).
 constexpr int64_t train_flops(int64_t macs) { return 6 * macs; }
 
-std::shared_ptr<Module> make_mlp(int64_t h1, int64_t h2, Generator* g) {
+}  // namespace
+
+std::shared_ptr<Module> make_mlp(int64_t h1, int64_t h2, uint64_t seed) {
+  Generator generator(seed);
+  Generator* g = &generator;
   auto m = std::make_shared<Sequential>();
   m->push_back(Flatten());
   m->push_back(Linear(784, h1, {.generator = g}));
@@ -43,7 +47,9 @@ ModelInfo mlp_info(const std::string& name, int64_t h1, int64_t h2) {
           .flops_per_sample = train_flops(784 * h1 + h1 * h2 + h2 * 10)};
 }
 
-std::shared_ptr<Module> make_cnn(Generator* g) {
+std::shared_ptr<Module> make_cnn(uint64_t seed) {
+  Generator generator(seed);
+  Generator* g = &generator;
   auto m = std::make_shared<Sequential>();
   m->push_back(Conv2d(1, 32, 3, {.padding = 1, .generator = g}));  // [N, 32, 28, 28]
   m->push_back(ReLU());
@@ -58,10 +64,10 @@ std::shared_ptr<Module> make_cnn(Generator* g) {
   return m;
 }
 
-ModelInfo cnn_info() {
+ModelInfo cnn_info(const std::string& name) {
   // Conv MACs: output positions * out channels * (in channels * kh * kw).
   const int64_t macs = 28 * 28 * 32 * (1 * 9) + 14 * 14 * 64 * (32 * 9) + 3136 * 128 + 128 * 10;
-  return {.name = "cnn",
+  return {.name = name,
           .description =
               "Conv2d(1,32,3,pad 1), ReLU, MaxPool2d(2), Conv2d(32,64,3,pad 1), ReLU, MaxPool2d(2), Flatten, "
               "Linear(3136,128), ReLU, Linear(128,10)",
@@ -72,15 +78,6 @@ ModelInfo cnn_info() {
           .num_parameters =
               conv_params(1, 32, 3) + conv_params(32, 64, 3) + linear_params(3136, 128) + linear_params(128, 10),
           .flops_per_sample = train_flops(macs)};
-}
-
-}  // namespace
-
-GPTConfig gpt_config(const std::string& name) {
-  if (name == "gpt-small")
-    return GPTConfig{.vocab_size = 256, .context = 1024, .embed_dim = 768, .num_layers = 12, .num_heads = 12};
-  MT_CHECK(name == "gpt", "gpt_config: \"", name, "\" is not a language model of the table");
-  return GPTConfig{};
 }
 
 ModelInfo gpt_model_info(const GPTConfig& c) {
@@ -103,12 +100,12 @@ ModelInfo gpt_model_info(const GPTConfig& c) {
           .flops_per_sample = train_flops(macs_per_sequence)};
 }
 
-ModelInfo gpt2_model_info(const GPT2Config& c) {
+ModelInfo gpt2_model_info(const GPT2Config& c, const std::string& name) {
   const int64_t C = c.n_embd, V = c.vocab_size, T = c.n_positions, L = c.n_layer, W = c.mlp_width();
   // As gpt_model_info: the projections and MLP per token, causal attention C*T*(T+1) per sequence
   // and layer, and the tied head T * C * V.
   const int64_t macs_per_sequence = L * (T * (C * 3 * C + C * C + 2 * C * W) + C * T * (T + 1)) + T * C * V;
-  return {.name = "gpt2",
+  return {.name = name,
           .description = concat("GPT-2: vocabulary ", V, ", ", T, " positions, C ", C, ", ", L, " pre-norm blocks, ",
                                 c.n_head, " heads, MLP ", W, " GELU (tanh), final LayerNorm, head tied to the token "
                                 "embedding"),
@@ -120,58 +117,10 @@ ModelInfo gpt2_model_info(const GPT2Config& c) {
           .flops_per_sample = train_flops(macs_per_sequence)};
 }
 
-namespace {
-
-const std::vector<ModelInfo>& all_models() {
-  static const std::vector<ModelInfo> models = [] {
-    std::vector<ModelInfo> m = {mlp_info("mlp", 512, 256), mlp_info("mlp-wide", 1024, 1024), cnn_info(),
-                                gpt_model_info(gpt_config("gpt"))};
-    ModelInfo small = gpt_model_info(gpt_config("gpt-small"));
-    small.name = "gpt-small";
-    m.push_back(small);
-    m.push_back(gpt2_model_info(GPT2Config::small()));
-    return m;
-  }();
-  return models;
-}
-
-}  // namespace
-
-const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n;
-    for (const auto& m : all_models()) n.push_back(m.name);
-    return n;
-  }();
-  return names;
-}
-
-const ModelInfo& model_info(const std::string& name) {
-  for (const auto& m : all_models())
-    if (m.name == name) return m;
-  std::string valid;
-  for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
-  MT_FAIL("unknown model \"", name, "\"; valid models: ", valid);
-}
-
-std::shared_ptr<Module> make_model(const std::string& name, uint64_t seed) {
-  const ModelInfo& info = model_info(name);  // validates the name
-  Generator g(seed);
-  if (info.name == "mlp") return make_mlp(512, 256, &g);
-  if (info.name == "mlp-wide") return make_mlp(1024, 1024, &g);
-  if (info.name == "cnn") return make_cnn(&g);
-  if (info.name == "gpt2") return make_gpt2(GPT2Config::small(), seed);
-  return make_gpt(gpt_config(info.name), seed);
-}
-
 std::shared_ptr<Module> make_gpt(const GPTConfig& config, uint64_t seed) {
   Generator g(seed);
   return std::make_shared<GPT>(config, &g);
 }
-
-}  // namespace mixtrain::cli
-
-namespace mixtrain::cli {
 
 std::shared_ptr<Module> make_gpt2(const GPT2Config& config, uint64_t seed) {
   Generator g(seed);

@@ -49,29 +49,27 @@ struct ModelInfo {
   int64_t flops_per_sample;
 };
 
-// "mlp", "mlp-wide", "cnn", "gpt".
-const std::vector<std::string>& model_names();
-// Throws mt::Error listing the valid names for an unknown name.
-const ModelInfo& model_info(const std::string& name);
-inline int64_t model_flops_per_sample(const std::string& name) { return model_info(name).flops_per_sample; }
-
-// The GPT configuration of a language model of the table ("gpt" or "gpt-small").
-nn::GPTConfig gpt_config(const std::string& name);
-
-// The ModelInfo of a GPT of any configuration, named "gpt" (model_info("gpt") is the default
-// nn::GPTConfig's); used to size FLOP counts for GPTs of other widths, e.g. in scaling benchmarks.
-ModelInfo gpt_model_info(const nn::GPTConfig& config);
-
-// The ModelInfo of a GPT-2 of `config` named "gpt2", on sequences of n_positions tokens.
-ModelInfo gpt2_model_info(const nn::GPT2Config& config);
-
-// Builds the model with its PyTorch-default initialisation drawn from Generator(seed): the same
-// name and seed give bit-identical parameters on every machine and thread count.
-std::shared_ptr<nn::Module> make_model(const std::string& name, uint64_t seed = 0);
-// A GPT of any configuration, initialised from Generator(seed) as make_model("gpt", seed) is for
-// the default one (describe it with gpt_model_info).
+// The architectures (model_table.h names them and says what each reads, saves and generates).
+// Builders draw their PyTorch-default initialisation from Generator(seed): the same seed gives
+// bit-identical parameters on every machine and thread count.
+std::shared_ptr<nn::Module> make_mlp(int64_t hidden1, int64_t hidden2, uint64_t seed);
+ModelInfo mlp_info(const std::string& name, int64_t hidden1, int64_t hidden2);
+std::shared_ptr<nn::Module> make_cnn(uint64_t seed);
+ModelInfo cnn_info(const std::string& name);
+// A GPT of any configuration (named "gpt": the table renames its entries).
 std::shared_ptr<nn::Module> make_gpt(const nn::GPTConfig& config, uint64_t seed = 0);
-// A GPT-2 of `config` with Hugging Face's initialisation drawn from Generator(seed).
+ModelInfo gpt_model_info(const nn::GPTConfig& config);
+// A GPT-2 of `config` with Hugging Face's initialisation, on sequences of n_positions tokens.
 std::shared_ptr<nn::Module> make_gpt2(const nn::GPT2Config& config, uint64_t seed = 0);
+ModelInfo gpt2_model_info(const nn::GPT2Config& config, const std::string& name);
+
+// By the table's names (model_table.h), with every flag at its default: the model's default
+// configuration, initialised from Generator(seed). Throw mt::Error listing the valid names.
+const std::vector<std::string>& model_names();
+ModelInfo model_info(const std::string& name);
+inline int64_t model_flops_per_sample(const std::string& name) { return model_info(name).flops_per_sample; }
+std::shared_ptr<nn::Module> make_model(const std::string& name, uint64_t seed = 0);
+// The GPT configuration of a byte-level language model of the table ("gpt" or "gpt-small").
+nn::GPTConfig gpt_config(const std::string& name);
 
 }  // namespace mixtrain::cli

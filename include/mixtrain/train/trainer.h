@@ -219,6 +219,10 @@ struct TrainerOptions {
   std::function<void(const nn::Module& model, const std::string& out_dir,
                      const std::map<std::string, std::string>& metadata)>
       save_model;
+  // Called once the run directory is ready (this run's, another run's files removed), before the
+  // first step, by the process that writes files: for files that belong with the run from its start
+  // (the CLI's gpt2 writes its tokenizer there, so that every checkpoint of the run reads as text).
+  std::function<void(const std::string& out_dir)> write_run_files;
   std::string data_name;              // the data the run used (the CLI's --data spec), recorded in summary.json
   std::string augment_name = "none";  // names train_transform in summary.json ("flip", ...)
   int64_t flops_per_sample = 0;       // training FLOPs per sample; > 0 adds gflops to the summary
