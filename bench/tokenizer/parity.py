@@ -82,8 +82,10 @@ def main():
 
     import tiktoken  # noqa: E402  (the venv's)
     from transformers import AutoTokenizer  # noqa: E402
+    sys.path.insert(0, HERE)
+    from speed_anchors import load_ranks  # noqa: E402
     enc = tiktoken.Encoding(name="gpt2", pat_str=r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
-                            mergeable_ranks=tiktoken.load.load_tiktoken_bpe(os.path.join(args.tokenizers, "gpt2.tiktoken")),
+                            mergeable_ranks=load_ranks(os.path.join(args.tokenizers, "gpt2.tiktoken")),
                             special_tokens={"<|endoftext|>": 50256})
     text_of = lambda ids: enc.decode(ids)  # noqa: E731
 

@@ -172,8 +172,20 @@ ImplPtr load_tokenizer_json(const std::string& file) {
   for (const char* key : {"post_processor", "decoder"}) {
     if (!root.contains(key) || root[key].is_null()) continue;
     const json& v = root[key];
+    // transformers 5 writes GPT-2's post-processor as a template that adds nothing to a single
+    // sequence ($A alone); a template that adds tokens (a BOS, an EOS) is not implemented.
+    if (std::string(key) == "post_processor" && v.is_object() && v.value("type", json()) == "TemplateProcessing") {
+      const json single = v.value("single", json());
+      const bool only_a = single.is_array() && single.size() == 1 && single[0].is_object() &&
+                          single[0].contains("Sequence") && single[0]["Sequence"].is_object() &&
+                          single[0]["Sequence"].value("id", json()) == "A";
+      if (!only_a)
+        refuse(file, "post_processor.single", "a template that adds tokens to a sequence is not implemented (GPT-2's "
+               "is $A alone), got " + io::describe_json(single));
+      continue;
+    }
     if (!v.is_object() || v.value("type", json()) != "ByteLevel")
-      refuse(file, key, "only ByteLevel (or null) is implemented, got " + io::describe_json(v.is_object() ? v.value("type", json()) : v));
+      refuse(file, key, std::string("only ByteLevel") + (std::string(key) == "post_processor" ? ", a TemplateProcessing of $A alone" : "") + " (or null) is implemented, got " + io::describe_json(v.is_object() ? v.value("type", json()) : v));
   }
   if (!root.contains("model") || !root["model"].is_object()) refuse(file, "model", "missing");
   const json& model = root["model"];

@@ -7,11 +7,15 @@ namespace mixtrain::text {
 
 namespace {
 
-// The length of the valid UTF-8 sequence at s[i] (1 to 4), or 0 when it is not one (overlong forms,
-// surrogates and code points above U+10FFFF are invalid, as in Unicode's definition).
-size_t utf8_length(std::string_view s, size_t i) {
+// At s[i]: the length of the valid UTF-8 sequence there (1 to 4; overlong forms, surrogates and code
+// points above U+10FFFF are invalid, as in Unicode's definition), or 0 and in `subpart` the length
+// of the maximal subpart (the longest start of a valid sequence, at least 1 byte) that one U+FFFD
+// replaces: Unicode's recommended practice, which Python's errors="replace", ICU and the WHATWG
+// encoding standard follow ("\xE6\x97" is one U+FFFD, "\x80\x80" two).
+size_t utf8_length(std::string_view s, size_t i, size_t& subpart) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = b(i);
+  subpart = 1;
   if (c < 0x80) return 1;
   size_t n;
   uint32_t lo = 0x80, hi = 0xBF;  // the range of the second byte
@@ -28,10 +32,12 @@ size_t utf8_length(std::string_view s, size_t i) {
   } else {
     return 0;
   }
-  if (i + n > s.size()) return 0;
-  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k)
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if (i + k >= s.size()) return 0;
+    const unsigned char v = b(i + k);
+    if (k == 1 ? (v < lo || v > hi) : (v & 0xC0) != 0x80) return 0;
+    subpart = k + 1;
+  }
   return n;
 }
 
@@ -41,13 +47,14 @@ std::string printable(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
   for (size_t i = 0; i < bytes.size();) {
-    const size_t n = utf8_length(bytes, i);
+    size_t subpart = 1;
+    const size_t n = utf8_length(bytes, i, subpart);
     if (n > 0) {
       out.append(bytes.substr(i, n));
       i += n;
     } else {
-      out += "\xEF\xBF\xBD";  // U+FFFD, one per invalid byte
-      ++i;
+      out += "\xEF\xBF\xBD";  // U+FFFD, one per maximal subpart
+      i += subpart;
     }
   }
   return out;

@@ -252,4 +252,13 @@ TEST(Printable, ReplacesInvalidUtf8) {
   EXPECT_EQ(mt::text::printable("\xC3"), "\xEF\xBF\xBD");
   EXPECT_EQ(mt::text::printable("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
   EXPECT_EQ(mt::text::printable("\xF0\x9F\x91\x8B"), "\xF0\x9F\x91\x8B");
+  // One U+FFFD per maximal subpart (Unicode's recommended practice; Python's errors="replace"):
+  // a truncated sequence is one, stray continuation bytes one each, a lead byte past U+10FFFF one.
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(mt::text::printable("\xE6\x97"), r);
+  EXPECT_EQ(mt::text::printable("\xE6\x97" "A"), r + "A");
+  EXPECT_EQ(mt::text::printable("\xF0\x9F\x91"), r);
+  EXPECT_EQ(mt::text::printable("\x80\x80"), r + r);
+  EXPECT_EQ(mt::text::printable("\xF4\x90\x80\x80"), r + r + r + r);
+  EXPECT_EQ(mt::text::printable("\xC0\xAF"), r + r);
 }

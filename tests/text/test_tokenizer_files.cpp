@@ -130,7 +130,20 @@ TEST_F(TokenizerFiles, TokenizerJsonRules) {
   refused([](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true; }, {"use_regex"});
   refused([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, {"pre_tokenizer", "Whitespace"});
   refused([](json& j) { j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}}; }, {"add_prefix_space"});
-  refused([](json& j) { j["post_processor"] = {{"type", "TemplateProcessing"}}; }, {"post_processor", "TemplateProcessing"});
+  refused([](json& j) { j["post_processor"] = {{"type", "TemplateProcessing"}}; }, {"post_processor.single", "adds tokens"});
+  // A template that adds a token before each sequence (a BOS) is refused; transformers 5's GPT-2
+  // template, $A alone, adds nothing and loads.
+  const json a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const json bos = {{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}};
+  refused([&](json& j) { j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", {bos, a}}}; },
+          {"post_processor.single", "adds tokens"});
+  refused([](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; }, {"post_processor", "RobertaProcessing"});
+  json gpt2_template = fx.tokenizer_json(true, false);
+  gpt2_template["post_processor"] = {{"type", "TemplateProcessing"}, {"single", {a}}, {"special_tokens", json::object()}};
+  const auto with_template = mt::text::Tokenizer::load(tokenizer_json(gpt2_template)).encode(" the world's");
+  const auto without = mt::text::Tokenizer::load(tokenizer_json(fx.tokenizer_json(true, false))).encode(" the world's");
+  EXPECT_EQ(with_template, without);
+  EXPECT_GT(with_template.size(), 1u);
   refused([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, {"decoder"});
   refused([](json& j) { j["truncation"] = {{"max_length", 5}}; }, {"truncation"});
   refused([](json& j) { j["added_tokens"][0]["lstrip"] = true; }, {"added_tokens[0].lstrip"});

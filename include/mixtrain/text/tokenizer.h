@@ -96,7 +96,8 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
-// Bytes for display: valid UTF-8 as it is, each invalid sequence replaced by U+FFFD (decode never
+// Bytes for display: valid UTF-8 as it is, each maximal invalid subpart replaced by one U+FFFD, as
+// Python's errors="replace" and ICU do (decode never
 // does this).
 std::string printable(std::string_view bytes);
 
