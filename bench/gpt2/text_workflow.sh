@@ -21,7 +21,7 @@ find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' | sort | xarg
 "$mixtrain" tokenize --tokenizer "$tokenizer" --out "$work/train.bin" --val-out "$work/val.bin" \
   --val-fraction 0.05 --overwrite "$corpus"
 
-# GPT-2's vocabulary and layout, small: 256 positions, C 192, 4 layers, 4 heads (12.2M parameters,
+# GPT-2's vocabulary and layout, small: 256 positions, C 192, 4 layers, 4 heads (11.5M parameters,
 # 9.6M of them the tied embedding).
 cat > "$work/config.json" <<'JSON'
 {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 256, "n_embd": 192, "n_layer": 4, "n_head": 4,

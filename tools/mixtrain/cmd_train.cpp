@@ -200,6 +200,7 @@ static int run_train(const RunArgs& in) {
               describe_lr_decay(a).c_str(), a.weight_decay, static_cast<unsigned long long>(a.trainer.seed), threads,
               world == 1 ? "" : " per process");
   for (const std::string& line : kind.banner(a)) std::printf("%s\n", line.c_str());
+  if (codec != nullptr && kind.reads() == Reads::kTokens) std::printf("tokenizer %s\n", codec->describe().c_str());
   std::printf("cpu %s\n", cpu::describe().c_str());
   std::printf("products %s\n", train::products(precision, parse_device(a.device)).c_str());
   std::fflush(stdout);
