@@ -49,11 +49,18 @@ CLI::App* add_bench_flags(CLI::App& app, BenchArgs& args) {
   return cmd;
 }
 
+// What bench checks before anything runs: the flags as for a run on its synthetic data.
+void check_bench(const BenchArgs& b) {
+  if (!b.run.tokenizer.empty())
+    throw UsageError("--tokenizer: bench times steps on random tokens, it reads no text");
+  check_combination(b.run, bench_data(b), train::parse_precision(b.run.precision));
+}
+
 int run_bench(const BenchArgs& b) {
   RunArgs a = b.run;
   const train::Precision precision = train::parse_precision(a.precision);
   const DataSpec spec = bench_data(b);
-  check_combination(a, spec, precision);
+  check_bench(b);
   const int threads = apply_threads(a.threads);
   const Device device = parse_device(a.device);
   const ModelInfo info = run_model_info(a);
@@ -170,10 +177,7 @@ int run_bench(const BenchArgs& b) {
 class BenchCommand final : public Command {
  public:
   CLI::App* add(CLI::App& app) override { return add_bench_flags(app, args_); }
-  void check() const override {
-    const train::Precision precision = train::parse_precision(args_.run.precision);
-    check_combination(args_.run, bench_data(args_), precision);
-  }
+  void check() const override { check_bench(args_); }
   int run() override { return run_bench(args_); }
 
  private:
