@@ -128,7 +128,10 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
       progress.on_epoch(i);
     };
   }
-  if (args.sample_every > 0 && codec != nullptr && writes) {
+  if (args.sample_every > 0 && codec == nullptr)
+    throw UsageError("--sample-every prints text: model " + args.model + " has no tokenizer here; give --tokenizer "
+                     "DIR|FILE, or --init-from a directory that holds one");
+  if (args.sample_every > 0 && writes) {
     const Device device = parse_device(args.device);
     o.on_step = [on_step = o.on_step, &model, &codec, device, label, every = args.sample_every](
                     const train::StepInfo& i) {

@@ -70,7 +70,6 @@ void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision 
   }
 }
 
-
 void check_run_flags(const RunArgs& a, const std::vector<std::string>& precisions) {
   const DataSpec spec = parse_data_spec(a.data);
   for (const std::string& p : precisions) check_combination(a, spec, train::parse_precision(p));
