@@ -94,6 +94,7 @@ void Trainer::log_step(RunState& run, const StepInfo& info) {
     json j = {{"step", info.step},   {"epoch", info.epoch},     {"loss", info.loss},      {"lr", info.lr},
               {"scale", info.scale}, {"skipped", info.skipped}, {"step_ms", info.step_ms}};
     if (!info.nonfinite_origin.empty()) j["nonfinite_origin"] = info.nonfinite_origin;
+    if (info.grad_norm) j["grad_norm"] = *info.grad_norm;  // with clipping: the norm before it
     run.metrics.write_line(j.dump());  // one checked write per line: a crash keeps every line so far
   }
   if (options_.on_step) options_.on_step(info);

@@ -204,7 +204,7 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     if (options_.after_backward) options_.after_backward();
     if (options_.clip_grad_norm) {
       scaler_.unscale_(*optimizer_);  // clip the real gradients, not the scaled ones
-      optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
+      info.grad_norm = optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
     }
     stepped = scaler_.step(*optimizer_);
     // Skipped with the scale already at the floor: even unscaled the values overflow.
@@ -224,7 +224,8 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     stepped =
         detail::nonfinite_gate(*optimizer_, options_.on_nonfinite, origin_.get(), {step_, epoch_, batch_}, info.loss);
     if (stepped) {
-      if (options_.clip_grad_norm) optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
+      if (options_.clip_grad_norm)
+        info.grad_norm = optim::clip_grad_norm_(optimizer_->parameters(), *options_.clip_grad_norm);
       optimizer_->step();
     }
   }

@@ -250,6 +250,12 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "then save one shard per process beside the checkpoint and resume on any number of processes")
         ->check(CLI::Range(0, 1))
         ->capture_default_str();
+    app.add_option("--grad-clip", a.grad_clip,
+                   "Clip the total 2-norm of the gradients to NORM before each optimizer step, after the GradScaler "
+                   "unscales them (PyTorch's unscale_, clip_grad_norm_, step); a step the scaler skips stays skipped. "
+                   "The norm before clipping goes to metrics.jsonl (grad_norm) and the progress line. 0: off")
+        ->check(CLI::Range(0.0, 1e12))
+        ->capture_default_str();
     app.add_option("--sample-every", a.sample_every,
                    "Language models: print a short text generated from the model every N steps (0: never)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))

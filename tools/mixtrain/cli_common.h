@@ -65,6 +65,7 @@ struct RunArgs {
   std::string device = "cpu";  // --device: cpu, cuda or cuda:N
   std::string out;
   std::string on_nonfinite = "stop";
+  double grad_clip = 0;  // --grad-clip NORM: TrainerOptions::clip_grad_norm (0: off)
   // The CLI's defaults where they differ from the Trainer's: cosine decay ends at 0.1 x --lr.
   // trainer.resume_from may also be "auto" (the newest checkpoint in --out, else a fresh start) until
   // train resolves it.

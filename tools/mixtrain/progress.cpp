@@ -70,6 +70,10 @@ void Progress::on_step(const train::StepInfo& i) {
                 static_cast<long long>(i.step), static_cast<long long>(i.total_steps),
                 clock_text(per_step * static_cast<double>(i.total_steps - i.step)).c_str(), i.loss, rate, i.scale);
   std::string text(line);
+  if (i.grad_norm) {
+    std::snprintf(line, sizeof line, "  grad norm %.3g", *i.grad_norm);
+    text += line;
+  }
   if (text.size() >= terminal_width()) text.resize(terminal_width() - 1);
   std::printf("\r\033[K%s", text.c_str());
   std::fflush(stdout);

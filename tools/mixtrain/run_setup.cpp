@@ -171,6 +171,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.out_dir = a.out;
   o.on_nonfinite = train::parse_nonfinite_policy(a.on_nonfinite);
   o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
+  if (a.grad_clip > 0) o.clip_grad_norm = a.grad_clip;
   o.model_name = a.model;
   o.data_name = a.data;
   o.augment_name = a.augment;

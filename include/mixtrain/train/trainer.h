@@ -121,6 +121,10 @@ struct StepInfo {
   double lr = 0;
   double scale = 1;            // loss scale the step used (1 without a scaler)
   bool skipped = false;        // the GradScaler skipped the update (inf/NaN gradient)
+  // With TrainerOptions::clip_grad_norm: the total 2-norm of the gradients before clipping (unscaled,
+  // and under DDP/ZeRO of the averaged gradients: the same on every rank). inf or NaN on a step the
+  // GradScaler then skips; absent when the non-finite policy skipped the step before clipping.
+  std::optional<double> grad_norm;
   // With TrainerOptions::find_nonfinite_origin: where this step's first inf/NaN came from
   // (NonFiniteOriginReport::to_string()), "" when none appeared.
   std::string nonfinite_origin;
