@@ -38,16 +38,7 @@ EOT_ID = 50256
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
-def load_ranks(path):
-    import base64
-    ranks = {}
-    with open(path, "rb") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                tok, rank = line.split()
-                ranks[base64.b64decode(tok, validate=True)] = int(rank)
-    return ranks
+from speed_anchors import load_ranks  # noqa: E402  (one reader of rank files for the anchors)
 
 
 def make_tiktoken_encoder(path):

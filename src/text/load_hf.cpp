@@ -251,16 +251,9 @@ ImplPtr load_vocab_merges(const std::string& dir) {
   const std::string vocab_file = dir + "/vocab.json", merges_file = dir + "/merges.txt";
   read_vocab(vocab_file, "(top level)", read_json(vocab_file), impl->bpe);
   const std::string text = io::read_file(merges_file, kMaxFileBytes, "tokenizer");
-  size_t line_no = 0;
   uint32_t rank = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line_no == 1 && line.substr(0, 8) == "#version") continue;
-    if (line.empty() && pos >= text.size()) break;  // the final newline
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
+    if (line_no == 1 && line.substr(0, 8) == "#version") return true;
     const std::string where = detail::concat("line ", line_no);
     MT_CHECK(line.size() <= kMaxMergeLine, file_prefix(merges_file), where, " is longer than ", kMaxMergeLine, " bytes");
     const size_t space = line.find(' ');
@@ -268,7 +261,8 @@ ImplPtr load_vocab_merges(const std::string& dir) {
              file_prefix(merges_file), where, " is not two tokens separated by one space: ", detail::quote_untrusted(line));
     MT_CHECK(rank < kMaxTokens, file_prefix(merges_file), "more than ", kMaxTokens, " merges");
     add_merge(merges_file, where, line.substr(0, space), line.substr(space + 1), rank++, impl->bpe);
-  }
+    return true;
+  });
   // Special tokens: from tokenizer_config.json and special_tokens_map.json, else <|endoftext|> when
   // the vocabulary has it.
   std::vector<std::string> names;

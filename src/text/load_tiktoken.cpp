@@ -54,16 +54,10 @@ ImplPtr load_tiktoken(const std::string& path) {
   impl->source = "tiktoken";
   Bpe& bpe = impl->bpe;
   uint32_t max_rank = 0;
-  size_t line_no = 0, tokens = 0;
+  size_t tokens = 0;
   // base64 of 256 bytes is 344 characters; a rank has at most 7 digits.
   constexpr size_t kMaxLine = 344 + 1 + 16;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.empty() && pos >= text.size()) break;  // the final newline
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
     MT_CHECK(line.size() <= kMaxLine, file_prefix(path), "line ", line_no, " is longer than ", kMaxLine,
              " bytes (a token has at most ", kMaxTokenBytes, " bytes)");
     const size_t space = line.find(' ');
@@ -77,6 +71,8 @@ ImplPtr load_tiktoken(const std::string& path) {
     const std::string_view digits = line.substr(space + 1);
     uint32_t rank = 0;
     const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
+    MT_CHECK(ec != std::errc::result_out_of_range || p != digits.data() + digits.size(), file_prefix(path), "line ",
+             line_no, ": rank ", detail::quote_untrusted(digits), " is above the limit of ", kMaxTokens - 1);
     MT_CHECK(!digits.empty() && ec == std::errc() && p == digits.data() + digits.size(), file_prefix(path), "line ",
              line_no, ": the rank ", detail::quote_untrusted(digits), " is not a decimal number");
     MT_CHECK(rank < kMaxTokens, file_prefix(path), "line ", line_no, ": rank ", rank, " is above the limit of ",
@@ -89,7 +85,8 @@ ImplPtr load_tiktoken(const std::string& path) {
       MT_FAIL(file_prefix(path), "line ", line_no, ": the rank ", rank, " is given twice");
     }
     max_rank = std::max(max_rank, rank);
-  }
+    return true;
+  });
   MT_CHECK(tokens > 0, file_prefix(path), "no tokens");
   // The merge table: every split of a token into two tokens merges to it at the token's rank. tiktoken
   // merges the adjacent pair whose concatenation has the lowest rank; its parts are always tokens, so

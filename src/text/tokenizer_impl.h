@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,5 +38,21 @@ ImplPtr load_vocab_merges(const std::string& dir);
 
 // "tokenizer: 'FILE': " for messages.
 std::string file_prefix(const std::string& file);
+
+// Calls fn(line, line_no) for each line of `text` (1-based numbers, without the '\n') until fn
+// returns false; a blank last line (the text ends in "\n\n", or is "\n") is no line.
+template <typename F>
+void for_each_line(std::string_view text, F&& fn) {
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.empty() && pos >= text.size()) return;
+    if (!fn(line, line_no)) return;
+  }
+}
 
 }  // namespace mixtrain::text

@@ -59,6 +59,7 @@ TEST_F(TokenizerFiles, TiktokenRules) {
   expect_refused(tiktoken(good + "QUFB 5\n"), {"line 293", "rank 5 is given twice"});
   expect_refused(tiktoken(good + "QUFB x5\n"), {"line 293", "not a decimal number"});
   expect_refused(tiktoken(good + "QUFB 1048576\n"), {"line 293", "above the limit"});
+  expect_refused(tiktoken(good + "QUFB 99999999999\n"), {"line 293", "above the limit"});  // past 32 bits
   expect_refused(tiktoken(good + "QUFB\n"), {"line 293", "base64 bytes"});
   expect_refused(tiktoken(good + BpeFixture::base64(std::string(300, 'x')) + " 400\n"), {"line 293", "longer than"});
   expect_refused(tiktoken(good + BpeFixture::base64(std::string(260, 'x')).substr(0, 344) + " 400\n"),
