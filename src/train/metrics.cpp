@@ -35,6 +35,12 @@ int64_t tensor_bytes(const std::vector<Tensor>& ts) {
 
 }  // namespace
 
+void detail::add_eval(nlohmann::json& j, const EvalResult& r, const std::string& prefix) {
+  j[prefix + "loss"] = r.loss;
+  if (r.per_token()) j[prefix + "perplexity"] = r.perplexity();
+  if (r.accuracy) j[prefix + "accuracy"] = *r.accuracy;
+}
+
 int64_t detail::training_state_bytes(const nn::Module& model, const optim::Optimizer& optimizer) {
   return tensor_bytes(model.parameters()) + tensor_bytes(model.buffers()) + optimizer.state_bytes().total() + [&] {
     int64_t g = 0;
@@ -46,6 +52,12 @@ int64_t detail::training_state_bytes(const nn::Module& model, const optim::Optim
 
 std::string TrainSummary::to_json(int indent) const {
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  json evals_json = json::array();
+  for (const Eval& e : evals) {
+    json j = {{"step", e.step}};
+    detail::add_eval(j, e.result, "");
+    evals_json.push_back(j);
+  }
   json j = {{"model", model},
             {"data", data},
             {"augment", augment},
@@ -61,9 +73,11 @@ std::string TrainSummary::to_json(int indent) const {
             {"world_size", world_size},
             {"zero_stage", zero_stage},
             {"gradient_reduction", gradient_reduction},
+            {"accumulation_steps", accumulation_steps},
             {"global_batch_size", global_batch_size},
             {"test_accuracy", opt(test_accuracy)},
             {"test_loss", opt(test_loss)},
+            {"evals", evals_json},
             {"final_loss", final_loss},
             {"step_ms_median", step_ms_median},
             {"samples_per_sec", samples_per_sec},
@@ -84,6 +98,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"lr", lr},
             {"lr_decay", lr_decay},
             {"lr_min_factor", lr_decay == "cosine" ? json(lr_min_factor) : json(nullptr)},
+            {"warmup_steps", warmup_steps},
             {"resumed_from", resumed_from.empty() ? json(nullptr) : json(resumed_from)}};
   return j.dump(indent);
 }
@@ -95,6 +110,12 @@ void Trainer::log_step(RunState& run, const StepInfo& info) {
               {"scale", info.scale}, {"skipped", info.skipped}, {"step_ms", info.step_ms}};
     if (!info.nonfinite_origin.empty()) j["nonfinite_origin"] = info.nonfinite_origin;
     if (info.grad_norm) j["grad_norm"] = *info.grad_norm;  // with clipping: the norm before it
+    j["skipped_total"] = info.skipped_total;
+    const double per_s = info.step_ms > 0 ? 1000.0 / info.step_ms : 0.0;
+    j["samples_per_s"] = static_cast<double>(info.samples) * per_s;
+    if (info.targets > info.samples) j["tokens_per_s"] = static_cast<double>(info.targets) * per_s;
+    j["peak_mib"] = static_cast<double>(info.peak_bytes) / (1024.0 * 1024.0);
+    if (info.eval) detail::add_eval(j, *info.eval, "eval_");
     run.metrics.write_line(j.dump());  // one checked write per line: a crash keeps every line so far
   }
   if (options_.on_step) options_.on_step(info);
@@ -107,12 +128,13 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   s.augment = options_.augment_name;
   s.lr_decay = options_.lr_schedule ? "custom" : options_.lr_decay == LrDecay::kCosine ? "cosine" : "constant";
   s.lr_min_factor = options_.lr_min_factor;
+  s.warmup_steps = options_.lr_schedule ? 0 : options_.warmup_steps;
   s.precision = std::string(to_string(options_.precision.precision));
   s.scaler = scaler_.is_enabled();
   s.master_weights = std::string(short_dtype_name(options_.precision.param_dtype));
   s.compact_state = options_.precision.compact_state;
   s.weight_update = std::string(to_string(options_.precision.weight_update));
-  s.epochs = static_cast<double>(step_) / static_cast<double>(loader_.size());
+  s.epochs = static_cast<double>(step_) / static_cast<double>(batches_per_epoch());
   s.steps = step_;
   s.steps_this_run = run.steps;
   s.batch_size = options_.batch_size;
@@ -125,11 +147,13 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
         : device.is_cpu() ? ddp_->reduction_backend()
                           : mixtrain::detail::concat(ddp_->reduction_backend(), ", host-staged from ", device);
   }
-  s.global_batch_size = options_.batch_size * world_size();
+  s.accumulation_steps = options_.accumulation_steps;
+  s.global_batch_size = options_.batch_size * world_size() * options_.accumulation_steps;
   if (last_eval_) {
     s.test_accuracy = last_eval_->accuracy;
     s.test_loss = last_eval_->loss;
   }
+  s.evals = run.evals;
   s.final_loss = epoch_loss_count_ > 0 ? epoch_loss_sum_ / static_cast<double>(epoch_loss_count_) : last_epoch_loss_;
   // The first steps create the optimizer state, fill the allocator cache and oneDNN's primitive
   // cache: not representative when there are enough later steps to time.

@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "mixtrain/io/file.h"
 #include "mixtrain/memory.h"
@@ -25,11 +28,22 @@ struct Trainer::RunState {
   io::AppendFile metrics;   // open when out_dir is set
   int64_t total = 0;
   int64_t epochs = 0;
+  std::vector<TrainSummary::Eval> evals;  // this fit() call's evaluations
+
+  // The training peak so far (the accounting of TrainSummary::peak_bytes).
+  int64_t training_peak() {
+    note_peak();
+    return std::max<int64_t>(0, peak - other_bytes);
+  }
 
   void note_peak() { peak = std::max(peak, memory::stats(device).peak_bytes); }
 };
 
 namespace detail {
+
+// An evaluation's keys in a JSON object: <prefix>loss, <prefix>perplexity (a language model),
+// <prefix>accuracy (when scored) — metrics.jsonl's eval_* and summary.json's evals.
+void add_eval(nlohmann::json& j, const EvalResult& r, const std::string& prefix);
 
 // The training state that exists before the first step: the model's parameters, buffers and
 // gradients and the optimizer's state (what RunState::other_bytes leaves out of the peak).

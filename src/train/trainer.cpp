@@ -91,6 +91,15 @@ Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data:
   MT_CHECK(options_.loss_fn != nullptr, "Trainer: loss_fn is empty");
   MT_CHECK(loader_.size() > 0, "Trainer: the training set (", train_data_->size(), " examples) holds no full batch of ",
            options_.batch_size);
+  MT_CHECK(options_.accumulation_steps >= 1, "Trainer: accumulation_steps must be >= 1, got ",
+           options_.accumulation_steps);
+  MT_CHECK(batches_per_epoch() > 0, "Trainer: an epoch has ", loader_.size(), " batches of ", options_.batch_size,
+           " per process, fewer than the ", options_.accumulation_steps, " micro-batches of one step (drop_last)");
+  MT_CHECK(options_.warmup_steps >= 0, "Trainer: warmup_steps must be >= 0, got ", options_.warmup_steps);
+  MT_CHECK(options_.eval_every >= 0, "Trainer: eval_every must be >= 0, got ", options_.eval_every);
+  MT_CHECK(options_.lr_schedule || options_.lr_decay != LrDecay::kCosine || options_.warmup_steps < total_steps(),
+           "Trainer: warmup_steps (", options_.warmup_steps, ") must be fewer than the run's ", total_steps(),
+           " steps for a cosine decay to follow it");
   if (options_.find_nonfinite_origin) origin_ = std::make_unique<nn::NonFiniteOrigin>(model);
   if (!options_.numerics_report_dir.empty())
     numerics_ = std::make_unique<nn::NumericsMonitor>(model, nn::NumericsOptions{.every = options_.numerics_every});
@@ -150,8 +159,13 @@ void Trainer::adopt_optimizer() {
   }
 }
 
+int64_t Trainer::batches_per_epoch() const {
+  const int64_t m = loader_.size(), n = options_.accumulation_steps;
+  return options_.drop_last ? m / n : (m + n - 1) / n;
+}
+
 int64_t Trainer::total_steps() const {
-  return options_.max_steps > 0 ? options_.max_steps : options_.epochs * loader_.size();
+  return options_.max_steps > 0 ? options_.max_steps : options_.epochs * batches_per_epoch();
 }
 
 // ---- one step -----------------------------------------------------------------------------------
@@ -172,18 +186,25 @@ void Trainer::sync_after_backward(StepInfo& info) {
   info.loss = l.item<double>();
 }
 
-StepInfo Trainer::train_step(const data::Batch& batch) {
-  StepInfo info;
-  const Device device = model_device();
-  if (origin_) origin_->begin_step(step_ + 1);
-  if (numerics_) numerics_->begin_step(step_ + 1, scaler_.is_enabled() ? scaler_.get_scale() : 1.0);
-  if (options_.lr_schedule) {
-    optimizer_->set_lr(options_.lr_schedule(step_));
-  } else if (options_.lr_decay == LrDecay::kCosine) {
-    const double progress = static_cast<double>(step_) / static_cast<double>(total_steps());
-    optimizer_->set_lr(base_lr_ * optim::cosine_factor(progress, options_.lr_min_factor));
+std::optional<double> Trainer::scheduled_lr(int64_t step) const {
+  if (options_.lr_schedule) return options_.lr_schedule(step);
+  const int64_t warmup = options_.warmup_steps;
+  if (step < warmup) return base_lr_ * static_cast<double>(step) / static_cast<double>(warmup);
+  if (options_.lr_decay == LrDecay::kCosine) {
+    const double progress = static_cast<double>(step - warmup) / static_cast<double>(total_steps() - warmup);
+    return base_lr_ * optim::cosine_factor(progress, options_.lr_min_factor);
   }
-  optimizer_->zero_grad();
+  if (warmup > 0) return base_lr_;
+  return std::nullopt;  // the optimizer's lr is left as it is
+}
+
+int64_t Trainer::micro_batch_samples(int64_t first, int64_t count) const {
+  // Every batch of an epoch is full but the last one of a shard that batch_size does not divide.
+  const int64_t b = options_.batch_size, shard = loader_.shard_size();
+  return std::min(shard, (first + count) * b) - first * b;
+}
+
+Tensor Trainer::forward_loss(const data::Batch& batch, Device device) {
   Tensor loss;
   {
     // Forward and loss only: backward must run outside the region, in the dtypes the forward chose.
@@ -194,11 +215,50 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
   }
   MT_CHECK(loss.defined() && loss.numel() == 1, "Trainer: the loss must be one value, got ",
            loss.defined() ? describe(loss) : std::string("an undefined tensor"));
-  info.loss = loss.item<double>();
-  info.scale = scaler_.get_scale();  // the scale this step multiplies by (update() may change it)
+  return loss;
+}
+
+StepInfo Trainer::train_step(data::DataLoader::Iterator& batch, int64_t micro_batches, double& data_wait_ms) {
+  StepInfo info;
+  const Device device = model_device();
+  if (origin_) origin_->begin_step(step_ + 1);
+  if (numerics_) numerics_->begin_step(step_ + 1, scaler_.is_enabled() ? scaler_.get_scale() : 1.0);
+  if (const std::optional<double> lr = scheduled_lr(step_)) optimizer_->set_lr(*lr);
+  optimizer_->zero_grad();
+  info.scale = scaler_.get_scale();  // the scale every micro-batch multiplies by (update() may change it)
+  // Each micro-batch's mean loss counts by its share of the step's examples: the step's loss and
+  // gradients are those of one batch holding all of them.
+  const int64_t samples = micro_batch_samples(batch_ * options_.accumulation_steps, micro_batches);
+  info.loss = 0;
+  for (int64_t k = 0; k < micro_batches; ++k) {
+    if (k > 0) {
+      const Clock::time_point t0 = Clock::now();
+      ++batch;
+      data_wait_ms += ms_since(t0);
+      MT_INTERNAL_ASSERT(batch != data::DataLoader::Iterator(), "the DataLoader ended inside step ", step_ + 1);
+    }
+    Tensor loss = forward_loss(*batch, device);
+    const int64_t n = batch->input.size(0);
+    info.samples += n;
+    info.targets += batch->target.numel();
+    const double share = micro_batches == 1 ? 1.0 : static_cast<double>(n) / static_cast<double>(samples);
+    info.loss += share * loss.item<double>();
+    if (micro_batches > 1) loss = loss * share;
+    Tensor objective = scaler_.is_enabled() ? scaler_.scale(loss) : loss;
+    // Data parallelism reduces the gradients once, in the last micro-batch's backward.
+    if (ddp_ && k + 1 < micro_batches) {
+      const dist::DistributedDataParallel::NoSync no_sync = ddp_->no_sync();
+      objective.backward();
+    } else {
+      objective.backward();
+    }
+  }
+  MT_INTERNAL_ASSERT(info.samples == samples, "step ", step_ + 1, " has ", info.samples, " examples, expected ", samples);
+  const int64_t world = world_size();
+  info.samples *= world;  // every rank's batch has the same size (the loader pads shards)
+  info.targets *= world;
   bool stepped = true;
   if (scaler_.is_enabled()) {
-    scaler_.scale(loss).backward();
     if (numerics_) numerics_->record_parameters(), numerics_->end_step();
     sync_after_backward(info);
     if (options_.after_backward) options_.after_backward();
@@ -217,7 +277,6 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
     }
     scaler_.update();
   } else {
-    loss.backward();
     if (numerics_) numerics_->record_parameters(), numerics_->end_step();
     sync_after_backward(info);
     if (options_.after_backward) options_.after_backward();
@@ -237,6 +296,16 @@ StepInfo Trainer::train_step(const data::Batch& batch) {
 
 // ---- fit -------------------------------------------------------------------------------------------
 
+const EvalResult& Trainer::evaluate_now(RunState& run) {
+  // Evaluation allocates its own (larger, no-grad) batches: keep it out of the training peak.
+  run.note_peak();
+  last_eval_ = evaluate(*eval_data_);
+  last_eval_step_ = step_;
+  run.evals.push_back({step_, *last_eval_});
+  memory::reset_peak(run.device);
+  return *last_eval_;
+}
+
 void Trainer::finish_epoch(RunState& run, bool evaluate_now) {
   EpochInfo info;
   info.epoch = epoch_ + 1;
@@ -249,14 +318,7 @@ void Trainer::finish_epoch(RunState& run, bool evaluate_now) {
   ++epoch_;
   batch_ = 0;
   info.seconds = std::chrono::duration<double>(Clock::now() - run.epoch_start).count();
-  if (evaluate_now && eval_data_ != nullptr) {
-    // Evaluation allocates its own (larger, no-grad) batches: keep it out of the training peak.
-    run.note_peak();
-    last_eval_ = evaluate(*eval_data_);
-    last_eval_step_ = step_;
-    memory::reset_peak(run.device);
-    info.eval = last_eval_;
-  }
+  if (evaluate_now && eval_data_ != nullptr) info.eval = last_eval_step_ == step_ ? *last_eval_ : this->evaluate_now(run);
   if (options_.on_epoch) options_.on_epoch(info);
   run.epoch_start = Clock::now();
 }
@@ -272,7 +334,7 @@ TrainSummary Trainer::fit() {
   RunState run;
   run.device = model_device();
   run.total = total_steps();
-  run.epochs = (run.total + loader_.size() - 1) / loader_.size();
+  run.epochs = (run.total + batches_per_epoch() - 1) / batches_per_epoch();
   if (writes_files()) {
     if (!out_dir_ready_) {
       detail::prepare_out_dir(options_.out_dir, options_.overwrite, resumed_from_, step_);
@@ -293,14 +355,18 @@ TrainSummary Trainer::fit() {
   run.start = run.epoch_start = Clock::now();
   model_->train();
 
+  const int64_t micro_per_epoch = loader_.size(), per_epoch = batches_per_epoch();
   while (step_ < run.total) {
     loader_.set_epoch(epoch_);
-    loader_.set_start_batch(batch_);
+    loader_.set_start_batch(batch_ * options_.accumulation_steps);
     const int64_t step_before = step_;
     for (auto it = loader_.begin(); it != loader_.end(); ++it) {
       const Clock::time_point t0 = Clock::now();
-      StepInfo info = train_step(*it);
-      info.step_ms = ms_since(t0);
+      const int64_t micro_batches =
+          std::min(options_.accumulation_steps, micro_per_epoch - batch_ * options_.accumulation_steps);
+      double data_wait_ms = 0;
+      StepInfo info = train_step(it, micro_batches, data_wait_ms);
+      info.step_ms = ms_since(t0) - data_wait_ms;
       ++step_;
       ++batch_;
       ++run.steps;
@@ -313,13 +379,18 @@ TrainSummary Trainer::fit() {
       info.epoch = epoch_ + 1;
       info.epochs = run.epochs;
       info.batch = batch_;
-      info.batches_per_epoch = loader_.size();
+      info.batches_per_epoch = per_epoch;
       info.steps_this_run = run.steps;
+      info.skipped_total = skipped_steps_;
+      info.peak_bytes = run.training_peak();
+      if (eval_data_ != nullptr && options_.eval_every > 0 && (step_ % options_.eval_every == 0 || step_ == run.total))
+        info.eval = evaluate_now(run);
       info.elapsed_s = std::chrono::duration<double>(Clock::now() - run.start).count();
       log_step(run, info);
       // Position first (epoch_/batch_ advance past a finished epoch), then the checkpoint, so that
       // a checkpoint written at an epoch's end resumes at the next epoch's first batch.
-      if (batch_ == loader_.size()) finish_epoch(run, options_.eval_every_epoch);
+      const bool epoch_done = batch_ == per_epoch;
+      if (epoch_done) finish_epoch(run, options_.eval_every_epoch);
       if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && saves_checkpoints()) {
         // The optimizer's state_dict() is a deep copy: keep it out of the training peak, as evaluation.
         run.note_peak();
@@ -328,15 +399,13 @@ TrainSummary Trainer::fit() {
           detail::remove_old_checkpoints(options_.out_dir, options_.keep_checkpoints);
         memory::reset_peak(run.device);
       }
-      if (step_ >= run.total) break;
+      // With drop_last, micro-batches too few for a whole step end the epoch unread.
+      if (step_ >= run.total || epoch_done) break;
     }
     MT_INTERNAL_ASSERT(step_ > step_before, "the DataLoader yielded no batch at epoch ", epoch_, ", batch ", batch_);
   }
   run.note_peak();
-  if (eval_data_ != nullptr && last_eval_step_ != step_) {
-    last_eval_ = evaluate(*eval_data_);
-    last_eval_step_ = step_;
-  }
+  if (eval_data_ != nullptr && last_eval_step_ != step_) evaluate_now(run);
   model_->train();
 
   TrainSummary summary = make_summary(run);

@@ -125,7 +125,7 @@ std::string find_latest_checkpoint(const std::string& dir) {
 const std::vector<std::string>& Trainer::fixed_settings() {
   static const std::vector<std::string> fixed = {"model",     "precision", "scaler",  "master_weights",
                                                  "compact_state", "weight_update", "optimizer", "batch_size", "shuffle",
-                                                 "drop_last", "train_size"};
+                                                 "drop_last", "train_size", "global_batch_size"};
   return fixed;
 }
 
@@ -157,6 +157,12 @@ std::map<std::string, std::string> Trainer::trajectory_settings() const {
             {"total_steps", decay == std::string("cosine") ? json(total_steps()) : json(nullptr)},
             {"clip_grad_norm", options_.clip_grad_norm ? json(*options_.clip_grad_norm) : json(nullptr)}};
   // Only when not the default, so that checkpoints written before the setting existed still match.
+  // Accumulation fixes which examples make a step (and what the position counts): recorded as the
+  // global batch, so that a run resumed on another number of processes, with the accumulation that
+  // keeps that batch, keeps its trajectory.
+  if (options_.accumulation_steps != 1)
+    s["global_batch_size"] = options_.batch_size * world_size() * options_.accumulation_steps;
+  if (options_.warmup_steps > 0 && !options_.lr_schedule) s["warmup_steps"] = options_.warmup_steps;
   if (options_.precision.weight_update != WeightUpdate::kMaster)
     s["weight_update"] = std::string(to_string(options_.precision.weight_update));
   if (options_.precision.precision == Precision::kFp8) {
@@ -371,8 +377,16 @@ void Trainer::load_checkpoint(const std::string& path) {
     const std::vector<std::string>& fixed = fixed_settings();
     const std::map<std::string, std::string> expected = trajectory_settings();
     const std::set<std::string> overrides(options_.resume_overrides.begin(), options_.resume_overrides.end());
+    // Settings recorded only when not at their default: one the checkpoint has and this run lacks
+    // differs too (this run has the default).
+    static const std::vector<std::string> kRecordedWhenSet = {"global_batch_size", "warmup_steps", "weight_update",
+                                                              "fp8_recipe"};
+    const auto recorded_when_set = [](const std::string& key) {
+      return std::find(kRecordedWhenSet.begin(), kRecordedWhenSet.end(), key) != kRecordedWhenSet.end();
+    };
     for (const std::string& o : overrides) {
-      MT_CHECK(expected.contains(o), "resume: resume_overrides names '", o, "', which is not a setting of this run");
+      MT_CHECK(expected.contains(o) || recorded_when_set(o), "resume: resume_overrides names '", o,
+               "', which is not a setting of this run");
       MT_CHECK(std::find(fixed.begin(), fixed.end(), o) == fixed.end(), "resume: '", o,
                "' cannot be overridden: it fixes the layout of the saved state or the position in the data");
     }
@@ -387,14 +401,21 @@ void Trainer::load_checkpoint(const std::string& path) {
       std::string& list = overrides.contains(key) ? changed : refused;
       list += (list.empty() ? "" : "; ") + what;
     }
+    for (const std::string& key : kRecordedWhenSet) {
+      if (expected.contains(key) || !trainer.contains(key)) continue;
+      const std::string what =
+          mixtrain::detail::concat(key, " = ", io::describe_json(trainer.at(key)), " in the checkpoint, (none) in this run");
+      std::string& list = overrides.contains(key) ? changed : refused;
+      list += (list.empty() ? "" : "; ") + what;
+    }
     MT_CHECK(refused.empty(), "resume: '", path, "' was written by a run with other settings: ", refused,
              ". A resumed run keeps every setting that shapes its trajectory: repeat the original ones, or name ",
              "the ones to change in resume_overrides (the CLI's --resume-override NAME,...); ",
              "model, precision, scaler, master_weights, compact_state, weight_update, optimizer, batch_size, shuffle, ",
-             "drop_last ",
-             "and train_size cannot change");
+             "drop_last, ",
+             "train_size and global_batch_size cannot change");
 
-    const int64_t per_epoch = loader_.size();
+    const int64_t per_epoch = batches_per_epoch();
     const int64_t step = ck.meta_int("step"), epoch = ck.meta_int("epoch"), batch = ck.meta_int("batch");
     MT_CHECK(step >= 0 && epoch >= 0 && batch >= 0 && batch < per_epoch && epoch <= step / per_epoch &&
                  step == epoch * per_epoch + batch,

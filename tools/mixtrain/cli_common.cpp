@@ -256,6 +256,34 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "The norm before clipping goes to metrics.jsonl (grad_norm) and the progress line. 0: off")
         ->check(CLI::Range(0.0, 1e12))
         ->capture_default_str();
+    app.add_option("--grad-accum", a.trainer.accumulation_steps,
+                   "Gradient accumulation: N micro-batches of --batch-size per optimizer step (PyTorch's AMP recipe: "
+                   "one loss scale for all of them, one unscale, inf check, clip, step and scale update per step; "
+                   "the result is the step of one batch N times larger). Steps and every --*-every count "
+                   "optimizer steps")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+        ->capture_default_str();
+    app.add_option("--global-batch-size", a.global_batch_size,
+                   "Examples per optimizer step over every process: sets --grad-accum to G / (--batch-size x "
+                   "processes), which must divide; keeps a run's batch when it resumes on another number of "
+                   "processes (0: use --grad-accum)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+        ->capture_default_str();
+    app.add_option("--warmup-steps", a.trainer.warmup_steps,
+                   "Raise the learning rate linearly from 0 to --lr over the first N steps, then --lr-decay "
+                   "(transformers' cosine/constant schedules with warmup)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+        ->capture_default_str();
+    app.add_option("--eval-every", a.trainer.eval_every,
+                   "Evaluate on the validation data every N steps and after the last (loss; perplexity for language "
+                   "models, accuracy for classifiers) into metrics.jsonl, the progress output and summary.json "
+                   "(0: at each epoch's end only)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+        ->capture_default_str();
+    app.add_option("--eval-batches", a.trainer.eval_max_batches,
+                   "Evaluate on the first M validation batches only (0: all of them)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+        ->capture_default_str();
     app.add_option("--sample-every", a.sample_every,
                    "Language models: print a short text generated from the model every N steps (0: never)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
@@ -342,10 +370,11 @@ std::string random_text(int64_t n, uint64_t seed) {
 }
 
 std::string describe_lr_decay(const RunArgs& a) {
-  if (a.lr_decay == "constant") return "constant";
   char buf[64];
   std::snprintf(buf, sizeof buf, "cosine decay to %gx", a.trainer.lr_min_factor);
-  return buf;
+  const std::string decay = a.lr_decay == "constant" ? "constant" : buf;
+  if (a.trainer.warmup_steps == 0) return decay;
+  return std::to_string(a.trainer.warmup_steps) + " warmup steps, then " + decay;
 }
 
 std::string human_bytes(double bytes) {

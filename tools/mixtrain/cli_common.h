@@ -66,6 +66,9 @@ struct RunArgs {
   std::string out;
   std::string on_nonfinite = "stop";
   double grad_clip = 0;  // --grad-clip NORM: TrainerOptions::clip_grad_norm (0: off)
+  // --global-batch-size G: examples per optimizer step over every process; trainer.accumulation_steps
+  // is derived from it (G / (batch size x processes)) by trainer_options (0: --grad-accum decides).
+  int64_t global_batch_size = 0;
   // The CLI's defaults where they differ from the Trainer's: cosine decay ends at 0.1 x --lr.
   // trainer.resume_from may also be "auto" (the newest checkpoint in --out, else a fresh start) until
   // train resolves it.
@@ -78,6 +81,7 @@ enum class Flags : unsigned {
   kData = 2,
   kPrecision = 4,  // --precision --compact-state (train, bench)
   kTraining = 8,   // --epochs --steps --lr --weight-decay --checkpoint-every --log-every --on-nonfinite --overwrite
+                   // --grad-accum --global-batch-size --grad-clip --warmup-steps --eval-every --eval-batches
   kResume = 16,    // --resume --resume-override
   kCommon = 32,  // --batch-size --seed --threads --scaler --master-weights
 };
@@ -114,7 +118,8 @@ CLI::Validator non_empty();
 // Whether `dir` holds anything but the lock file of io::DirectoryLock.
 bool holds_files(const std::string& dir);
 
-// The learning-rate decay as the run logs and reports name it: "cosine decay to 0.1x" or "constant".
+// The learning-rate schedule as the run logs and reports name it: "cosine decay to 0.1x", "constant",
+// "100 warmup steps, then cosine decay to 0.1x".
 std::string describe_lr_decay(const RunArgs& a);
 
 }  // namespace mixtrain::cli

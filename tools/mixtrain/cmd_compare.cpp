@@ -1,6 +1,7 @@
 // mixtrain compare: the same model, data and seed trained in several precisions; one table,
 // DIR/report.md and a plot through gnuplot (losses, their differences to fp32, accuracy per epoch,
 // step time and memory).
+#include <mixtrain/dist/process_group.h>
 #include <mixtrain/error.h>
 #include <mixtrain/io/file.h>
 #include <spawn.h>
@@ -66,18 +67,45 @@ std::vector<std::vector<std::string>> table_cells(const std::vector<Row>& rows) 
   const Row* ref = nullptr;
   for (const Row& r : rows)
     if (r.precision == "fp32") ref = &r;
-  std::vector<std::vector<std::string>> cells = {{"precision", "test accuracy", "final loss", "step time",
+  // A language model's validation is read as perplexity too.
+  const bool per_token = !rows.empty() && !rows[0].s.evals.empty() && rows[0].s.evals.back().result.per_token();
+  std::vector<std::vector<std::string>> cells = {{"precision", "test accuracy", "test loss", "final loss", "step time",
                                                   "speedup vs fp32", "peak memory", "memory vs fp32", "skipped steps",
                                                   "final scale"}};
+  if (per_token) cells[0].insert(cells[0].begin() + 3, "test perplexity");
   for (const Row& r : rows) {
     const train::TrainSummary& s = r.s;
     const bool ratios = ref != nullptr && s.step_ms_median > 0 && ref->s.peak_bytes > 0;
     cells.push_back(
-        {r.precision, s.test_accuracy ? fmt("%.2f%%", 100.0 * *s.test_accuracy) : "-", fmt("%.4f", s.final_loss),
-         fmt("%.2f ms", s.step_ms_median), ratios ? fmt("%.2fx", ref->s.step_ms_median / s.step_ms_median) : "-",
+        {r.precision, s.test_accuracy ? fmt("%.2f%%", 100.0 * *s.test_accuracy) : "-",
+         s.test_loss ? fmt("%.4f", *s.test_loss) : "-", fmt("%.4f", s.final_loss), fmt("%.2f ms", s.step_ms_median),
+         ratios ? fmt("%.2fx", ref->s.step_ms_median / s.step_ms_median) : "-",
          human_bytes(static_cast<double>(s.peak_bytes)),
          ratios ? fmt("%.2fx", static_cast<double>(s.peak_bytes) / static_cast<double>(ref->s.peak_bytes)) : "-",
          std::to_string(s.skipped_steps), fmt("%g", s.final_scale)});
+    if (per_token) cells.back().insert(cells.back().begin() + 3, s.test_loss ? fmt("%.2f", std::exp(*s.test_loss)) : "-");
+  }
+  return cells;
+}
+
+// Validation loss at every evaluation of the runs (--eval-every), one column per precision; empty
+// when the runs evaluated at most once.
+std::vector<std::vector<std::string>> eval_cells(const std::vector<Row>& rows) {
+  std::vector<int64_t> steps;
+  for (const Row& r : rows)
+    for (const train::TrainSummary::Eval& e : r.s.evals) steps.push_back(e.step);
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  if (steps.size() < 2) return {};
+  std::vector<std::vector<std::string>> cells = {{"step"}};
+  for (const Row& r : rows) cells[0].push_back(r.precision + " validation loss");
+  for (const int64_t step : steps) {
+    cells.push_back({std::to_string(step)});
+    for (const Row& r : rows) {
+      const auto it = std::find_if(r.s.evals.begin(), r.s.evals.end(),
+                                   [step](const train::TrainSummary::Eval& e) { return e.step == step; });
+      cells.back().push_back(it == r.s.evals.end() ? "-" : fmt("%.4f", it->result.loss));
+    }
   }
   return cells;
 }
@@ -266,9 +294,9 @@ int run_compare(const CompareArgs& in) {
   const std::unique_ptr<TextCodec> codec = run_codec(a);
   LoadedData data = load_data(spec, a, info, codec.get());
   std::printf(
-      "mixtrain compare: %s (%lld parameters) on %s; batch %lld, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
+      "mixtrain compare: %s (%lld parameters) on %s; batch %s, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
       a.model.c_str(), static_cast<long long>(info.num_parameters), describe(spec).c_str(),
-      static_cast<long long>(a.trainer.batch_size), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
+      describe_batch(a, dist::launched_by_mpi() ? dist::world().size() : 1).c_str(), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
       static_cast<unsigned long long>(a.trainer.seed), threads);
   std::printf("cpu %s\n", cpu::describe().c_str());
   std::fflush(stdout);
@@ -287,6 +315,8 @@ int run_compare(const CompareArgs& in) {
   }
 
   const auto cells = table_cells(rows);
+  const auto evals = eval_cells(rows);
+  if (!evals.empty()) std::printf("\n%s", text_table(evals).c_str());
   std::printf("\n%s", text_table(cells).c_str());
   const fs::path dir(a.out);
   const bool plotted = plot_comparison(dir, rows, curves);
@@ -295,13 +325,14 @@ int run_compare(const CompareArgs& in) {
   md << "# mixtrain compare: " << a.model << " on " << describe(spec) << "\n\n"
      << "Same model initialisation, data order and seed in every precision. " << rows[0].s.steps
      << (rows[0].s.steps == 1 ? " step (" : " steps (") << fmt("%.2f", rows[0].s.epochs) << " epochs), batch "
-     << a.trainer.batch_size << ", AdamW lr " << a.lr << " (" << describe_lr_decay(a) << ") weight decay " << a.weight_decay
+     << describe_batch(a, rows[0].s.world_size) << ", AdamW lr " << a.lr << " (" << describe_lr_decay(a) << ") weight decay " << a.weight_decay
      << ", seed " << a.trainer.seed << ", " << threads << " threads on " << cpu::describe() << ", "
      << (a.master_weights == "same" ? "16-bit parameters with fp32 masters" : "fp32 parameters through autocast")
      << ".\n\n"
      << markdown_table(cells) << "\n"
      << "Step time is the median over the steps after warm-up; peak memory counts every tensor byte of training "
         "(weights, gradients, optimizer state, activations), not the dataset.\n\n";
+  if (!evals.empty()) md << "Validation during training:\n\n" << markdown_table(evals) << "\n";
   if (plotted)
     md << "![training loss, its difference to fp32, test accuracy against fp32 per epoch, step time and peak "
           "memory against fp32](loss.png)\n\n";

@@ -115,7 +115,7 @@ train::TrainSummary run_training(const RunArgs& args, train::Precision precision
     const int64_t context = kind.describe(whole).sample_shape[0];
     o.write_run_files = [&codec, context](const std::string& dir) { codec->save(dir, context); };
   }
-  Progress progress(label, args.trainer.batch_size, Progress::stdout_is_terminal());
+  Progress progress(label, Progress::stdout_is_terminal());
   progress.attach(o);
   if (curves != nullptr) {
     o.on_step = [&progress, curves](const train::StepInfo& i) {
@@ -195,9 +195,7 @@ static int run_train(const RunArgs& in) {
               static_cast<long long>(info.num_parameters), describe(spec).c_str(),
               static_cast<long long>(data.train->size()));
   const int world = dist::launched_by_mpi() ? dist::world().size() : 1;
-  const std::string batch = world == 1 ? std::to_string(a.trainer.batch_size)
-                                       : std::to_string(a.trainer.batch_size) + " per process x " + std::to_string(world) +
-                                             " processes = " + std::to_string(a.trainer.batch_size * world);
+  const std::string batch = describe_batch(a, world);
   std::printf("precision %s (scaler %s, %s parameters), batch %s, AdamW lr %g (%s) wd %g, seed %llu, %d threads%s\n",
               a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(), batch.c_str(), a.lr,
               describe_lr_decay(a).c_str(), a.weight_decay, static_cast<unsigned long long>(a.trainer.seed), threads,

@@ -32,8 +32,7 @@ size_t terminal_width() {
 
 }  // namespace
 
-Progress::Progress(std::string label, int64_t batch_size, bool terminal)
-    : label_(std::move(label)), batch_size_(batch_size), terminal_(terminal) {}
+Progress::Progress(std::string label, bool terminal) : label_(std::move(label)), terminal_(terminal) {}
 
 bool Progress::stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
 
@@ -51,6 +50,16 @@ void Progress::clear_bar() {
 
 void Progress::on_step(const train::StepInfo& i) {
   last_ = i;
+  samples_ += i.samples;
+  if (i.eval) {
+    clear_bar();
+    std::printf("%sstep %lld/%lld  validation loss %.4f", label_.c_str(), static_cast<long long>(i.step),
+                static_cast<long long>(i.total_steps), i.eval->loss);
+    if (i.eval->per_token()) std::printf("  perplexity %.2f", i.eval->perplexity());
+    if (i.eval->accuracy) std::printf("  accuracy %.2f%%", 100.0 * *i.eval->accuracy);
+    std::printf("  train loss %.4f\n", i.loss);
+    std::fflush(stdout);
+  }
   if (!terminal_) return;
   // Redraw ~10 times a second: a terminal write per step would cost more than a small model's step.
   const auto now = std::chrono::steady_clock::now();
@@ -58,7 +67,7 @@ void Progress::on_step(const train::StepInfo& i) {
   last_draw_ = now;
   const double per_step = i.elapsed_s / static_cast<double>(i.steps_this_run);
   // Averaged over the run so far (data loading included): one step's time is too noisy to read.
-  const double rate = static_cast<double>(batch_size_ * i.steps_this_run) / std::max(i.elapsed_s, 1e-9);
+  const double rate = static_cast<double>(samples_) / std::max(i.elapsed_s, 1e-9);
   constexpr int kWidth = 20;
   const int filled = static_cast<int>(kWidth * i.batch / std::max<int64_t>(1, i.batches_per_epoch));
   std::string bar(static_cast<size_t>(filled), '=');
@@ -82,7 +91,7 @@ void Progress::on_step(const train::StepInfo& i) {
 
 void Progress::on_epoch(const train::EpochInfo& e) {
   clear_bar();
-  const int64_t steps = last_.steps_this_run - epoch_first_step_;
+  const int64_t samples = samples_ - epoch_first_samples_;
   const double seconds = e.seconds;  // excludes the evaluation of the previous epoch
   std::printf("%sepoch %lld/%lld  step %lld  train loss %.4f", label_.c_str(), static_cast<long long>(e.epoch),
               static_cast<long long>(e.epochs), static_cast<long long>(e.step), e.train_loss);
@@ -90,10 +99,10 @@ void Progress::on_epoch(const train::EpochInfo& e) {
     if (e.eval->accuracy) std::printf("  test acc %.2f%%", 100.0 * *e.eval->accuracy);
     std::printf("  test loss %.4f", e.eval->loss);
   }
-  if (steps > 0 && seconds > 0) std::printf("  %.0f samples/s", static_cast<double>(steps * batch_size_) / seconds);
+  if (samples > 0 && seconds > 0) std::printf("  %.0f samples/s", static_cast<double>(samples) / seconds);
   std::printf("  scale %g  %.1f s\n", last_.scale, e.seconds);
   std::fflush(stdout);
-  epoch_first_step_ = last_.steps_this_run;
+  epoch_first_samples_ = samples_;
 }
 
 void Progress::finish() {

@@ -12,10 +12,11 @@ namespace mixtrain::cli {
 
 class Progress {
  public:
-  // `label` prefixes every line ("[bf16] "); batch_size turns steps into samples.
-  Progress(std::string label, int64_t batch_size, bool terminal);
+  // `label` prefixes every line ("[bf16] ").
+  Progress(std::string label, bool terminal);
   static bool stdout_is_terminal();
 
+  // Redraws the bar; a step that evaluated also prints a line with the validation metrics.
   void on_step(const train::StepInfo& info);
   void on_epoch(const train::EpochInfo& info);
   // Clears the bar (before the caller prints its summary).
@@ -28,12 +29,12 @@ class Progress {
   void clear_bar();
 
   std::string label_;
-  int64_t batch_size_;
   bool terminal_;
   bool bar_shown_ = false;
   std::chrono::steady_clock::time_point last_draw_{};
   train::StepInfo last_{};
-  int64_t epoch_first_step_ = 0;  // steps_this_run at the start of the current epoch
+  int64_t samples_ = 0;              // examples of this run's steps (every process, every micro-batch)
+  int64_t epoch_first_samples_ = 0;  // samples_ at the start of the current epoch
 };
 
 }  // namespace mixtrain::cli

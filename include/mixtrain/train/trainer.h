@@ -46,12 +46,14 @@
 //
 // Resume is exact or refused. A checkpoint records every setting that shapes the trajectory: the
 // model, precision and parameter modes, the optimizer and its hyper-parameters, the base lr and its
-// schedule (and, for a cosine schedule, the total steps), seed, batch size, shuffling, augmentation,
+// schedule (warmup and, for a cosine schedule, the total steps), seed, batch size (and with
+// accumulation the global batch: per-process batch x processes x accumulation_steps), shuffling, augmentation,
 // gradient clipping, and a fingerprint of the training data. load_checkpoint() refuses a checkpoint
 // whose settings differ from this run's, listing every difference, unless each differing setting is
 // named in options.resume_overrides (not allowed for those that fix the state's layout or the data
 // position: model, precision, scaler, master_weights, compact_state, weight_update, optimizer, batch_size, shuffle,
-// drop_last, train_size); the overridden settings then take this run's values. Every value loaded
+// drop_last, train_size, and with gradient accumulation the global batch); the overridden settings then take
+// this run's values. Every value loaded
 // (position, counters, optimizer, scaler and generator state) is range-checked, and the state is
 // complete: every parameter, every moment, master and compensation the optimizer keeps for a
 // parameter that has taken a step (Optimizer::stepped_state_keys), every FP8 scale and amax history,
@@ -59,7 +61,10 @@
 // checked from the file's header before any tensor is allocated.
 //
 // Files in out_dir (nothing is written when it is empty):
-//   metrics.jsonl            one JSON object per logged step: step, epoch, loss, lr, scale, skipped
+//   metrics.jsonl            one JSON object per logged step: step, epoch, loss, lr, scale, skipped,
+//                            step_ms, skipped_total, samples_per_s (global), tokens_per_s (language
+//                            models), peak_mib (training peak so far), grad_norm (with clipping),
+//                            eval_loss/eval_perplexity/eval_accuracy (at an eval_every step)
 //                            (on resume, lines after the checkpoint's step are dropped first)
 //   summary.json             TrainSummary::to_json()
 //   model.safetensors        the final weights (state_dict, in the parameters' dtype; with compact_state
@@ -109,14 +114,24 @@ OptimizerFactory adamw(double lr = 1e-3, double weight_decay = 0.01);
 // [B, T] (flattened to [B*T, V] and [B*T]: the mean over every token).
 Tensor default_loss(const Tensor& output, const Tensor& target);
 
+struct EvalResult {
+  double loss = 0;                 // mean loss_fn over the targets (per token for a language model)
+  std::optional<double> accuracy;  // argmax == target over the targets, when the output is [..., C] logits
+  int64_t samples = 0;             // examples evaluated
+  int64_t targets = 0;             // targets scored (samples x tokens for a language model)
+  double perplexity() const;       // exp(loss)
+  // Several targets per example: a language model, whose loss is per token (perplexity applies).
+  bool per_token() const { return targets > samples; }
+};
+
 // Reported after every step (StepInfo) and every finished epoch (EpochInfo).
 struct StepInfo {
   int64_t step = 0;         // 1-based global step just completed
   int64_t total_steps = 0;  // the step fit() stops at
   int64_t epoch = 0;        // 1-based epoch the step belongs to
   int64_t epochs = 0;       // epochs the run covers (the last may be partial)
-  int64_t batch = 0;        // 1-based batch within the epoch
-  int64_t batches_per_epoch = 0;
+  int64_t batch = 0;        // 1-based step within the epoch
+  int64_t batches_per_epoch = 0;  // steps per epoch (Trainer::batches_per_epoch())
   double loss = 0;  // the step's loss (before scaling)
   double lr = 0;
   double scale = 1;            // loss scale the step used (1 without a scaler)
@@ -128,18 +143,17 @@ struct StepInfo {
   // With TrainerOptions::find_nonfinite_origin: where this step's first inf/NaN came from
   // (NonFiniteOriginReport::to_string()), "" when none appeared.
   std::string nonfinite_origin;
+  int64_t samples = 0;  // examples in the step: every micro-batch of every process (the global batch)
+  int64_t targets = 0;  // targets scored in the step (samples x tokens for a language model)
+  // With TrainerOptions::eval_every: the evaluation run after this step (before on_step is called).
+  std::optional<EvalResult> eval;
+  int64_t skipped_total = 0;  // steps skipped so far in the run, this one included
+  int64_t peak_bytes = 0;     // peak training tensor bytes so far (TrainSummary::peak_bytes' measure)
   double step_ms = 0;          // compute time of the step (data loading excluded)
   int64_t steps_this_run = 0;  // steps run by this fit() call (fewer than `step` after a resume)
   double elapsed_s = 0;        // wall time since this fit() call started
 };
 
-struct EvalResult {
-  double loss = 0;                 // mean loss_fn over the targets (per token for a language model)
-  std::optional<double> accuracy;  // argmax == target over the targets, when the output is [..., C] logits
-  int64_t samples = 0;             // examples evaluated
-  int64_t targets = 0;             // targets scored (samples x tokens for a language model)
-  double perplexity() const;       // exp(loss)
-};
 
 struct EpochInfo {
   int64_t epoch = 0;  // 1-based, the epoch just finished
@@ -168,6 +182,16 @@ struct TrainerOptions {
   int64_t epochs = 1;
   int64_t max_steps = 0;  // > 0: the run ends after this many steps in total, whatever `epochs` says
   int64_t batch_size = 128;
+  // Gradient accumulation: each optimizer step runs forward and backward on this many consecutive
+  // batches of batch_size (micro-batches) and then unscales, clips, steps and updates the scaler once
+  // (PyTorch's AMP recipe: every micro-batch's loss is multiplied by the same loss scale). Each
+  // micro-batch's loss is weighted by its share of the step's examples, so N micro-batches of B give
+  // the step of one batch of N*B (loss_fn must be a mean over examples, or over a fixed number of
+  // targets per example, as default_loss is). Under data parallelism the gradients are reduced once,
+  // on the last micro-batch (DistributedDataParallel::no_sync before it). Steps, epochs' lengths,
+  // checkpoint_every, log_every, eval_every, warmup_steps and max_steps count optimizer steps; an
+  // epoch of M micro-batches has ceil(M / N) steps (the last one shorter), floor(M / N) with drop_last.
+  int64_t accumulation_steps = 1;
   bool shuffle = true;
   bool drop_last = false;
   int prefetch = 2;   // batches the DataLoader builds ahead
@@ -185,6 +209,10 @@ struct TrainerOptions {
   int64_t eval_batch_size = 500;
   int64_t eval_max_batches = 0;  // > 0: evaluate on the first batches only
   bool eval_every_epoch = true;  // else only at the end
+  // > 0: evaluate after every eval_every-th step and after the last one (StepInfo::eval,
+  // metrics.jsonl's eval_* keys, TrainSummary::evals). An epoch's end is not evaluated again when its
+  // last step just was.
+  int64_t eval_every = 0;
 
   int64_t timing_warmup_steps = 5;  // excluded from step_ms_median (when more steps than that ran)
   // Clip the (unscaled) gradients to this total 2-norm. With a scaler the gradients are unscaled in
@@ -192,12 +220,18 @@ struct TrainerOptions {
   std::optional<double> clip_grad_norm;
   // lr for the 0-based global step, set before each step (a closed form, so resume needs no state).
   std::function<double(int64_t step)> lr_schedule;
-  // Without lr_schedule: kCosine decays the optimizer's initial lr (group 0's, applied to every
-  // group) to lr_min_factor * lr_0 over the run,
-  //   lr_t = lr_0 * (f + (1 - f) * (1 + cos(pi * t / total_steps())) / 2),  f = lr_min_factor
-  // (f = 0 is PyTorch's CosineAnnealingLR with eta_min 0); kConstant keeps it.
+  // Without lr_schedule: the optimizer's initial lr (group 0's, applied to every group) rises
+  // linearly from 0 over warmup_steps W, then kCosine decays it to lr_min_factor * lr_0 by the run's
+  // end and kConstant keeps it. For the 0-based step t of T = total_steps():
+  //   t < W:  lr_t = lr_0 * t / W
+  //   else:   lr_t = lr_0 * (f + (1 - f) * (1 + cos(pi * (t - W) / (T - W))) / 2)  (kCosine; f = lr_min_factor)
+  //           lr_t = lr_0                                                      (kConstant)
+  // which is transformers' get_cosine_with_min_lr_schedule_with_warmup(min_lr_rate = f) (f = 0:
+  // get_cosine_schedule_with_warmup) and get_constant_schedule_with_warmup; without warmup, f = 0 is
+  // PyTorch's CosineAnnealingLR with eta_min 0. kCosine needs W < T.
   LrDecay lr_decay = LrDecay::kConstant;
   double lr_min_factor = 0.0;  // in [0, 1]
+  int64_t warmup_steps = 0;
   LossFn loss_fn = default_loss;
 
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
@@ -271,9 +305,16 @@ struct TrainSummary {
   // How the gradients were averaged over the processes: "" for one process, else what reduced them
   // and where ("nccl, in device memory"; "mpi, host-staged from checked:0"; "mpi").
   std::string gradient_reduction;
-  int64_t global_batch_size = 0;  // batch_size * world_size: the samples of one step
+  int64_t accumulation_steps = 1;  // TrainerOptions::accumulation_steps
+  int64_t global_batch_size = 0;  // batch_size * world_size * accumulation_steps: the samples of one step
   std::optional<double> test_accuracy;  // of the final evaluation (fraction in [0, 1])
   std::optional<double> test_loss;
+  // Every evaluation of this fit() call, in step order (eval_every's, epoch ends', the final one).
+  struct Eval {
+    int64_t step = 0;
+    EvalResult result;
+  };
+  std::vector<Eval> evals;
   double final_loss = 0;         // mean step loss over the last epoch with steps (the current partial one, if any)
   double step_ms_median = 0;     // over this run's steps after the warm-up
   double samples_per_sec = 0;    // global_batch_size / step_ms_median: every process together
@@ -300,6 +341,7 @@ struct TrainSummary {
   // for "cosine" the factor it decays to.
   std::string lr_decay;
   double lr_min_factor = 0;
+  int64_t warmup_steps = 0;
   std::string resumed_from;  // "" unless resumed
 
   std::string to_json(int indent = 2) const;
@@ -351,8 +393,9 @@ class Trainer {
 
   int64_t step() const { return step_; }             // steps completed
   int64_t epoch() const { return epoch_; }           // 0-based epoch of the next step
-  int64_t batch_in_epoch() const { return batch_; }  // 0-based batch of the next step
-  int64_t batches_per_epoch() const { return loader_.size(); }
+  int64_t batch_in_epoch() const { return batch_; }  // 0-based step within the epoch of the next step
+  // Optimizer steps per epoch: the loader's batches per epoch, divided by accumulation_steps.
+  int64_t batches_per_epoch() const;
   int64_t total_steps() const;
   // After a resume with resume_overrides: the settings that changed ("lr = 0.001 in the checkpoint,
   // 0.01 in this run; ..."), "" when none did.
@@ -371,9 +414,19 @@ class Trainer {
   amp::Fp8AutocastOptions fp8_region() const {
     return {.enabled = options_.precision.precision == Precision::kFp8, .recipe = options_.precision.fp8};
   }
-  // One optimisation step on `batch`; returns the StepInfo fields it knows.
-  StepInfo train_step(const data::Batch& batch);
+  // The lr of the 0-based step `step` (lr_schedule, or warmup then LrDecay from the initial lr).
+  std::optional<double> scheduled_lr(int64_t step) const;
+  // The examples in `count` micro-batches of the epoch from micro-batch `first` on (this process's).
+  int64_t micro_batch_samples(int64_t first, int64_t count) const;
+  // One optimisation step on `micro_batches` batches from `batch` on (the iterator is left on the
+  // last one); returns the StepInfo fields it knows. The time spent waiting for batches after the
+  // first is added to data_wait_ms.
+  StepInfo train_step(data::DataLoader::Iterator& batch, int64_t micro_batches, double& data_wait_ms);
+  // Forward and loss of one batch inside the precision's autocast region.
+  Tensor forward_loss(const data::Batch& batch, Device device);
   void finish_epoch(RunState& run, bool evaluate_now);
+  // Evaluation during training, kept out of the training peak; recorded in last_eval_ and run.evals.
+  const EvalResult& evaluate_now(RunState& run);
   // metrics.jsonl and on_step (in metrics.cpp, with the summary).
   void log_step(RunState& run, const StepInfo& info);
   TrainSummary make_summary(const RunState& run) const;
