@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes every reader of untrusted input with libFuzzer: safetensors files, training checkpoints,
-# IDX (plain and gzip) files, text datasets and the command line. Builds the harnesses of
-# tests/fuzz with Clang in build-fuzz/ (everything instrumented with ASan and UBSan), replays each
-# seed corpus (tests/fuzz/corpus/<harness>/), then fuzzes each harness for FUZZ_SECONDS (default 20).
+# IDX (plain and gzip) files, text datasets, TensorBoard event files and the command line. Builds the
+# harnesses of tests/fuzz with Clang in build-fuzz/ (everything instrumented with ASan and UBSan),
+# replays each seed corpus (tests/fuzz/corpus/<harness>/), then fuzzes each harness for FUZZ_SECONDS
+# (default 20).
 # New inputs go to runs/fuzz/corpus/<harness>/ (not into the repository); a crash, leak, sanitizer
 # report or timeout stops the script with the input saved as runs/fuzz/<harness>-crash-*.
 #
@@ -15,7 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 seconds="${FUZZ_SECONDS:-20}"
 harnesses=("$@")
-((${#harnesses[@]})) || harnesses=(safetensors checkpoint idx text cli_args gpt2 tokenizer)
+((${#harnesses[@]})) || harnesses=(safetensors checkpoint idx text cli_args gpt2 tokenizer event_file)
 
 mt_install_packages "$MT_ROOT/scripts/packages.txt"
 mt_install_packages "$MT_ROOT/scripts/packages-fuzz.txt"

@@ -19,6 +19,7 @@
 #include "mixtrain/float8.h"
 #include "mixtrain/half.h"
 #include "mixtrain/io/checkpoint.h"
+#include "mixtrain/io/event_file.h"
 #include "mixtrain/io/hf_gpt2.h"
 #include "mixtrain/io/safetensors.h"
 #include "mixtrain/memory.h"

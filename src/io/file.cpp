@@ -243,8 +243,9 @@ std::string read_file(const std::string& path, uint64_t max_bytes, const std::st
 
 // ---- AppendFile ----------------------------------------------------------------------------------
 
-AppendFile::AppendFile(const std::string& path, std::string who) : path_(path), who_(std::move(who)) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+AppendFile::AppendFile(const std::string& path, std::string who, AppendMode mode) : path_(path), who_(std::move(who)) {
+  const int exclusive = mode == AppendMode::kCreateNew ? O_EXCL : 0;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | exclusive | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     const int err = errno;
     MT_FAIL(who_, ": cannot open '", path, "' for appending: ", std::strerror(err));
@@ -271,17 +272,30 @@ AppendFile& AppendFile::operator=(AppendFile&& o) noexcept {
 }
 
 void AppendFile::write_line(std::string_view line) {
-  MT_CHECK(fd_ >= 0, who_, ": append file is not open");
   std::string buf(line);
   buf += '\n';
+  append(buf);
+}
+
+void AppendFile::append(std::string_view bytes) {
+  MT_CHECK(fd_ >= 0, who_, ": append file is not open");
   uint64_t written = 0;
-  if (const int err = write_all(fd_, buf.data(), buf.size(), &written)) {
-    // A partial line (the disk filled up mid-line) is cut off again, so the file stays whole lines.
+  if (const int err = write_all(fd_, bytes.data(), bytes.size(), &written)) {
+    // A partial line or record (the disk filled up mid-write) is cut off again, so the file stays
+    // whole ones.
     if (written > 0) {
       const off_t end = ::lseek(fd_, 0, SEEK_END);
       if (end >= static_cast<off_t>(written)) (void)::ftruncate(fd_, end - static_cast<off_t>(written));
     }
     MT_FAIL(who_, ": cannot append to '", path_, "': ", std::strerror(err));
+  }
+}
+
+void AppendFile::sync() {
+  MT_CHECK(fd_ >= 0, who_, ": append file is not open");
+  if (::fsync(fd_) != 0) {
+    const int err = errno;
+    MT_FAIL(who_, ": cannot flush '", path_, "' to disk: ", std::strerror(err));
   }
 }
 

@@ -35,6 +35,30 @@ int64_t tensor_bytes(const std::vector<Tensor>& ts) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, double>> detail::step_scalars(const StepInfo& info) {
+  std::vector<std::pair<std::string, double>> v = {{"loss", info.loss}, {"lr", info.lr}, {"scale", info.scale}};
+  v.emplace_back("step_ms", info.step_ms);
+  if (info.grad_norm) v.emplace_back("grad_norm", *info.grad_norm);  // with clipping: the norm before it
+  v.emplace_back("skipped_total", static_cast<double>(info.skipped_total));
+  const double per_s = info.step_ms > 0 ? 1000.0 / info.step_ms : 0.0;
+  v.emplace_back("samples_per_s", static_cast<double>(info.samples) * per_s);
+  if (info.targets > info.samples) v.emplace_back("tokens_per_s", static_cast<double>(info.targets) * per_s);
+  v.emplace_back("peak_mib", static_cast<double>(info.peak_bytes) / (1024.0 * 1024.0));
+  if (info.eval) {
+    v.emplace_back("eval_loss", info.eval->loss);
+    if (info.eval->per_token()) v.emplace_back("eval_perplexity", info.eval->perplexity());
+    if (info.eval->accuracy) v.emplace_back("eval_accuracy", *info.eval->accuracy);
+  }
+  return v;
+}
+
+std::string detail::tensorboard_tag(const std::string& key) {
+  if (key.starts_with("eval_")) return "eval/" + key.substr(5);
+  if (key == "scale") return "train/loss_scale";
+  if (key == "skipped_total") return "train/skipped_steps";
+  return "train/" + key;
+}
+
 void detail::add_eval(nlohmann::json& j, const EvalResult& r, const std::string& prefix) {
   j[prefix + "loss"] = r.loss;
   if (r.per_token()) j[prefix + "perplexity"] = r.perplexity();
@@ -106,17 +130,16 @@ std::string TrainSummary::to_json(int indent) const {
 void Trainer::log_step(RunState& run, const StepInfo& info) {
   const bool due = info.step % options_.log_every == 0 || info.step == run.total || !info.nonfinite_origin.empty();
   if (run.metrics.is_open() && due) {
-    json j = {{"step", info.step},   {"epoch", info.epoch},     {"loss", info.loss},      {"lr", info.lr},
-              {"scale", info.scale}, {"skipped", info.skipped}, {"step_ms", info.step_ms}};
+    const std::vector<std::pair<std::string, double>> values = detail::step_scalars(info);
+    json j = {{"step", info.step}, {"epoch", info.epoch}, {"skipped", info.skipped}};
+    for (const auto& [key, value] : values) j[key] = value;
     if (!info.nonfinite_origin.empty()) j["nonfinite_origin"] = info.nonfinite_origin;
-    if (info.grad_norm) j["grad_norm"] = *info.grad_norm;  // with clipping: the norm before it
-    j["skipped_total"] = info.skipped_total;
-    const double per_s = info.step_ms > 0 ? 1000.0 / info.step_ms : 0.0;
-    j["samples_per_s"] = static_cast<double>(info.samples) * per_s;
-    if (info.targets > info.samples) j["tokens_per_s"] = static_cast<double>(info.targets) * per_s;
-    j["peak_mib"] = static_cast<double>(info.peak_bytes) / (1024.0 * 1024.0);
-    if (info.eval) detail::add_eval(j, *info.eval, "eval_");
     run.metrics.write_line(j.dump());  // one checked write per line: a crash keeps every line so far
+    if (run.events) {
+      std::vector<std::pair<std::string, double>> scalars;
+      for (const auto& [key, value] : values) scalars.emplace_back(detail::tensorboard_tag(key), value);
+      run.events->add_scalars(info.step, scalars);
+    }
   }
   if (options_.on_step) options_.on_step(info);
 }

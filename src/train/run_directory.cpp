@@ -52,8 +52,11 @@ void remove_checkpoint(const fs::path& dir, const std::string& name) {
   fs::remove(dir / name);
 }
 
+// TensorBoard's event files (io/event_file.h): every run and resumed attempt writes one.
+constexpr std::string_view kEventFilePrefix = "events.out.tfevents.";
+
 bool is_run_file(const std::string& name) {
-  return periodic_checkpoint_step(name) >= 0 || !shard_owner(name).empty() ||
+  return periodic_checkpoint_step(name) >= 0 || !shard_owner(name).empty() || name.starts_with(kEventFilePrefix) ||
          std::any_of(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) { return name == f; });
 }
 

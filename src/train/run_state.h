@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/io/event_file.h"
 #include "mixtrain/io/file.h"
 #include "mixtrain/memory.h"
 #include "mixtrain/train/trainer.h"
@@ -26,6 +29,7 @@ struct Trainer::RunState {
   int64_t peak = 0;         // highest memory::stats(device).peak_bytes seen during training
   int64_t other_bytes = 0;  // bytes held at the start that are not training state (datasets, ...)
   io::AppendFile metrics;   // open when out_dir is set
+  std::optional<io::EventFileWriter> events;  // TensorBoard's, when out_dir is set and options.tensorboard
   int64_t total = 0;
   int64_t epochs = 0;
   std::vector<TrainSummary::Eval> evals;  // this fit() call's evaluations
@@ -40,6 +44,14 @@ struct Trainer::RunState {
 };
 
 namespace detail {
+
+// The numbers of a step's metrics.jsonl line, by key, in the order written: loss, lr, scale,
+// step_ms, grad_norm (with clipping), skipped_total, samples_per_s, tokens_per_s (several targets per
+// example), peak_mib, eval_loss/eval_perplexity/eval_accuracy (a step that evaluated). The event file
+// holds the same values under tensorboard_tag(key).
+std::vector<std::pair<std::string, double>> step_scalars(const StepInfo& info);
+// "train/loss", "train/loss_scale" (scale), "train/skipped_steps" (skipped_total), "eval/loss" (eval_loss), ...
+std::string tensorboard_tag(const std::string& key);
 
 // An evaluation's keys in a JSON object: <prefix>loss, <prefix>perplexity (a language model),
 // <prefix>accuracy (when scored) — metrics.jsonl's eval_* and summary.json's evals.

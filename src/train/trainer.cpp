@@ -345,6 +345,12 @@ TrainSummary Trainer::fit() {
     // A fresh run starts the file afresh; a resumed one keeps the lines up to its checkpoint.
     if (step_ == 0) io::write_file_atomic(path, "", "Trainer");
     run.metrics = detail::truncate_metrics(path, step_);
+    if (options_.tensorboard) {
+      run.events.emplace(options_.out_dir);
+      // A resumed run repeats the steps after its checkpoint: TensorBoard drops what the interrupted
+      // attempt logged for them, as truncate_metrics did above.
+      if (step_ > 0) run.events->start_session(step_ + 1);
+    }
   }
 
   // Training memory = what is allocated from here on + the model, gradients and optimizer state

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  for (const char* d : {"safetensors", "checkpoint", "idx", "text", "cli_args"}) fs::create_directories(root / d);
+  for (const char* d : {"safetensors", "checkpoint", "idx", "text", "cli_args", "event_file"})
+    fs::create_directories(root / d);
 
   // safetensors: every dtype, metadata, an empty file's worth of header.
   mt::io::save_safetensors((root / "safetensors" / "dtypes.safetensors").string(),
@@ -127,6 +129,25 @@ int main(int argc, char** argv) {
   write(root / "text" / "ascii", std::string("\x10") + "the quick brown fox jumps over the lazy dog\n");
   write(root / "text" / "utf8", std::string("\x05") + "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93\n");
   write(root / "text" / "strided", std::string("\xc6") + std::string(64, 'a') + std::string(64, 'b'));
+
+  // event_file: what EventFileWriter writes (scalars with fixed times, a session start); the file
+  // names it picks (time, host, pid) are not kept.
+  {
+    const fs::path logs = root / "event_file" / "logs";
+    {
+      mt::io::EventFileWriter w(logs.string());
+      w.add_scalars(1, {{"train/loss", 2.5}, {"train/lr", 0.001}, {"eval/accuracy", 0.0}}, 1700000000.5);
+      w.add_scalars(2, {{"train/loss", std::numeric_limits<double>::quiet_NaN()}}, 1700000001.0);
+      w.start_session(2);
+      w.add_scalars(2, {{"train/loss", 2.25}, {"train/step_ms", 12.75}}, 1700000002.0);
+      fs::rename(w.path(), root / "event_file" / "scalars");
+    }
+    {
+      mt::io::EventFileWriter w(logs.string());
+      fs::rename(w.path(), root / "event_file" / "version_only");
+    }
+    fs::remove(logs);
+  }
 
   // cli_args: NUL-separated arguments after "mixtrain".
   const std::vector<std::vector<std::string>> lines = {

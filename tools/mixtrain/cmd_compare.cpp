@@ -342,6 +342,8 @@ int run_compare(const CompareArgs& in) {
   io::write_file_atomic((dir / "report.md").string(), md.str(), "mixtrain compare");
   std::printf("\nwrote %s/report.md%s and %s/<precision>/\n", a.out.c_str(), plotted ? ", loss.png" : "",
               a.out.c_str());
+  // One event file per precision directory: TensorBoard shows each as a run and overlays them.
+  if (a.trainer.tensorboard) std::printf("tensorboard --logdir %s overlays the precisions\n", a.out.c_str());
   return 0;
 }
 

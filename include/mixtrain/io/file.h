@@ -82,18 +82,28 @@ class ReadFile {
 // The whole file as bytes; mt::Error when it is not a regular file or holds more than max_bytes.
 std::string read_file(const std::string& path, uint64_t max_bytes, const std::string& who);
 
-// An append-only text file (metrics.jsonl): every line is written with one write() and checked,
-// so a full disk is an mt::Error at the line that did not fit, never a silently shorter file.
+// How AppendFile opens its file: kCreateOrAppend appends to the file or creates it (metrics.jsonl
+// of a resumed run), kCreateNew creates it and refuses an existing one (a file whose name is meant
+// to be this writer's alone, such as a TensorBoard event file).
+enum class AppendMode { kCreateOrAppend, kCreateNew };
+
+// An append-only file (metrics.jsonl, TensorBoard event files): every line or record is written
+// with one write() and checked, so a full disk is an mt::Error at the line that did not fit, never a
+// silently shorter file. A write that fails part-way is cut off again, so the file stays whole
+// lines or records.
 class AppendFile {
  public:
   AppendFile() = default;
-  AppendFile(const std::string& path, std::string who);
+  AppendFile(const std::string& path, std::string who, AppendMode mode = AppendMode::kCreateOrAppend);
   ~AppendFile();
   AppendFile(AppendFile&& other) noexcept;
   AppendFile& operator=(AppendFile&& other) noexcept;
 
   bool is_open() const { return fd_ >= 0; }
   void write_line(std::string_view line);  // appends line + '\n'
+  void append(std::string_view bytes);     // appends the bytes as they are
+  // fsync: what was appended survives a crash of the machine, not only of the process.
+  void sync();
 
  private:
   std::string path_, who_;

@@ -71,6 +71,9 @@
 //                            the bf16 parameters, i.e. the fp32 masters truncated to bf16)
 //   checkpoint.safetensors   the final training state (resume from it to train further)
 //   checkpoint-<step>.safetensors  every checkpoint_every steps
+//   events.out.tfevents.*    TensorBoard's event file (options.tensorboard), one per fit() call: a
+//                            resumed run's file first tells TensorBoard to drop the steps after the
+//                            checkpoint that the interrupted attempt logged
 // Every file except metrics.jsonl is written atomically (io/file.h); metrics.jsonl is appended a
 // checked line at a time (a full disk is an error, not a shorter file).
 #pragma once
@@ -205,6 +208,11 @@ struct TrainerOptions {
   int64_t keep_checkpoints = 0;  // > 0: keep only the newest this many checkpoint-<step> files
   std::string resume_from;       // a checkpoint to continue from (fit() loads it)
   int64_t log_every = 1;         // metrics.jsonl gets every log_every-th step (and the last one)
+  // With out_dir: every logged step's numbers also go to a TensorBoard event file in out_dir (tags
+  // train/loss, train/lr, train/loss_scale, train/grad_norm, train/skipped_steps, train/step_ms,
+  // train/samples_per_s, train/tokens_per_s, train/peak_mib, eval/loss, eval/perplexity,
+  // eval/accuracy: metrics.jsonl's keys); `tensorboard --logdir out_dir` charts them.
+  bool tensorboard = true;
 
   int64_t eval_batch_size = 500;
   int64_t eval_max_batches = 0;  // > 0: evaluate on the first batches only
