@@ -394,8 +394,14 @@ TEST(Trainer, CheckpointEveryWritesLoadableFilesAtomically) {
   const std::string out = dir.file("run");
   run({.precision = {.precision = tr::Precision::kBf16}, .max_steps = 7, .out_dir = out, .checkpoint_every = 2});
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(out)) names.push_back(e.path().filename().string());
+  int event_files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("events.out.tfevents.")) ++event_files;  // its name holds the time, host and pid
+    else names.push_back(name);
+  }
   std::sort(names.begin(), names.end());
+  EXPECT_EQ(event_files, 1);
   // .mixtrain.lock: the run's lock on its directory (io::DirectoryLock), kept after it ends.
   EXPECT_EQ(names, (std::vector<std::string>{".mixtrain.lock", "checkpoint-2.safetensors", "checkpoint-4.safetensors",
                                              "checkpoint-6.safetensors", "checkpoint.safetensors", "metrics.jsonl",
