@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,7 @@ struct Result {
   std::vector<int64_t> skipped_steps;  // 1-based steps the scaler skipped
   std::vector<int64_t> samples;        // StepInfo::samples
   std::vector<float> first_grads;      // every gradient after step 1 (what the optimizer applied)
+  std::vector<double> grad_norms;      // StepInfo::grad_norm, with clipping
   double final_scale = 1;
   tr::TrainSummary summary;
 };
@@ -72,6 +74,7 @@ struct Spec {
   std::string out_dir;
   int64_t checkpoint_every = 0;
   std::string resume_from;
+  std::optional<double> clip;
 };
 
 Result run(const Spec& spec) {
@@ -90,11 +93,13 @@ Result run(const Spec& spec) {
   o.checkpoint_every = spec.checkpoint_every;
   o.resume_from = spec.resume_from;
   o.timing_warmup_steps = 0;
+  o.clip_grad_norm = spec.clip;
   Result r;
   o.on_step = [&](const tr::StepInfo& i) {
     r.losses.push_back(i.loss);
     r.samples.push_back(i.samples);
     if (i.skipped) r.skipped_steps.push_back(i.step);
+    if (i.grad_norm) r.grad_norms.push_back(*i.grad_norm);
     if (i.step == 1)
       for (const mt::Tensor& p : model->parameters())
         for (float g : p.grad().to(mt::kFloat32).contiguous().to_vector<float>()) r.first_grads.push_back(g);
@@ -172,6 +177,14 @@ TEST(TrainerAccumulation, SixteenBitRunsSkipTheSameStepsAndEndAtTheSameScale) {
     const double precision_effect =
         max_relative_difference(run({.precision = p, .batch = 64, .scaler_on = true}), run({.batch = 64}));
     EXPECT_LE(max_relative_difference(micro, large), mt::testing::kAccumulatedVs16BitEffect * precision_effect);
+    // Clipping after the one unscale leaves the overflowing step skipped: its norm is not finite,
+    // and the scaler skips it as without clipping.
+    const Result clipped =
+        run({.precision = p, .batch = 16, .accumulation = 4, .poisoned = 200, .scaler_on = true, .clip = 1.0});
+    EXPECT_EQ(clipped.skipped_steps, large.skipped_steps);
+    EXPECT_EQ(clipped.final_scale, large.final_scale);
+    ASSERT_EQ(clipped.grad_norms.size(), 10u);
+    EXPECT_FALSE(std::isfinite(clipped.grad_norms[static_cast<size_t>(large.skipped_steps[0] - 1)]));
   }
 }
 
