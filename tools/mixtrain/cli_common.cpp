@@ -284,7 +284,7 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                    "Evaluate on the first M validation batches only (0: all of them)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
         ->capture_default_str();
-    app.add_flag("--no-tensorboard{false}", a.trainer.tensorboard,
+    app.add_flag("--no-tensorboard", a.no_tensorboard,
                  "Write no TensorBoard event file (by default each run writes events.out.tfevents.* beside "
                  "metrics.jsonl, with the same numbers: tensorboard --logdir DIR)");
     app.add_option("--sample-every", a.sample_every,

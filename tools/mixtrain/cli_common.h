@@ -69,6 +69,7 @@ struct RunArgs {
   // --global-batch-size G: examples per optimizer step over every process; trainer.accumulation_steps
   // is derived from it (G / (batch size x processes)) by trainer_options (0: --grad-accum decides).
   int64_t global_batch_size = 0;
+  bool no_tensorboard = false;  // --no-tensorboard: TrainerOptions::tensorboard off
   // The CLI's defaults where they differ from the Trainer's: cosine decay ends at 0.1 x --lr.
   // trainer.resume_from may also be "auto" (the newest checkpoint in --out, else a fresh start) until
   // train resolves it.

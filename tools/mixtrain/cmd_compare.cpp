@@ -343,7 +343,7 @@ int run_compare(const CompareArgs& in) {
   std::printf("\nwrote %s/report.md%s and %s/<precision>/\n", a.out.c_str(), plotted ? ", loss.png" : "",
               a.out.c_str());
   // One event file per precision directory: TensorBoard shows each as a run and overlays them.
-  if (a.trainer.tensorboard) std::printf("tensorboard --logdir %s overlays the precisions\n", a.out.c_str());
+  if (!a.no_tensorboard) std::printf("tensorboard --logdir %s overlays the precisions\n", a.out.c_str());
   return 0;
 }
 

@@ -225,7 +225,7 @@ static int run_train(const RunArgs& in) {
   for (const std::string& f : kind.files()) files += ", " + f;
   if (codec != nullptr && kind.reads() == Reads::kTokens) files += ", the tokenizer's files";
   std::printf("  wrote          %s/{%s, checkpoint.safetensors}\n", a.out.c_str(), files.c_str());
-  if (a.trainer.tensorboard) std::printf("  tensorboard    tensorboard --logdir %s\n", a.out.c_str());
+  if (!a.no_tensorboard) std::printf("  tensorboard    tensorboard --logdir %s\n", a.out.c_str());
   if (!a.trainer.numerics_report_dir.empty()) {
     const bool plotted = plot_numerics(a.trainer.numerics_report_dir);
     std::printf("  numerics       %s/report.md%s\n", a.trainer.numerics_report_dir.c_str(), plotted ? ", numerics.png" : "");

@@ -195,6 +195,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
   if (a.grad_clip > 0) o.clip_grad_norm = a.grad_clip;
   o.accumulation_steps = accumulation_steps(a, dist::launched_by_mpi() ? dist::world().size() : 1);
+  o.tensorboard = !a.no_tensorboard;
   o.model_name = a.model;
   o.data_name = a.data;
   o.augment_name = a.augment;
