@@ -15,18 +15,8 @@ steps=${3:-600}
 tokenizer=${TOKENIZER:-/tmp/gpt2-tokenizer/gpt2.tiktoken}
 mixtrain=$build/tools/mixtrain/mixtrain
 mkdir -p "$work"
-corpus=$work/fortunes.txt
-find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' | sort | xargs cat > "$corpus"
-
-"$mixtrain" tokenize --tokenizer "$tokenizer" --out "$work/train.bin" --val-out "$work/val.bin" \
-  --val-fraction 0.05 --overwrite "$corpus"
-
-# GPT-2's vocabulary and layout, small: 256 positions, C 192, 4 layers, 4 heads (11.5M parameters,
-# 9.6M of them the tied embedding).
-cat > "$work/config.json" <<'JSON'
-{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 256, "n_embd": 192, "n_layer": 4, "n_head": 4,
- "bos_token_id": 50256, "eos_token_id": 50256}
-JSON
+# shellcheck source=bench/gpt2/fortunes_tokens.sh
+source "$(dirname "$0")/fortunes_tokens.sh"
 "$mixtrain" compare --model gpt2 --gpt2-config "$work/config.json" --tokenizer "$tokenizer" \
   --data "tokens:$work/train.bin,$work/val.bin" --precisions fp32,bf16 --context 128 --batch-size 16 \
   --steps "$steps" --lr 2e-3 --weight-decay 0.1 --seed 1 --sample-every $((steps / 3)) --overwrite \

@@ -100,6 +100,11 @@ def event_scalars(run):
     """{(tag, step): [values]} as TensorBoard's EventAccumulator reads the run's event files."""
     from tensorboard.backend.event_processing import event_accumulator
 
+    # TensorBoard's reader opens whatever has the name: a FIFO or device would block it forever.
+    for name in os.listdir(run):
+        path = os.path.join(run, name)
+        if "tfevents" in name and not os.path.isfile(path):
+            raise UsageError(f"{path}: not a regular file")
     acc = event_accumulator.EventAccumulator(run, size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
     out = {}

@@ -93,8 +93,11 @@ Trainer::Trainer(nn::Module& model, const data::Dataset& train_data, const data:
            options_.batch_size);
   MT_CHECK(options_.accumulation_steps >= 1, "Trainer: accumulation_steps must be >= 1, got ",
            options_.accumulation_steps);
-  MT_CHECK(batches_per_epoch() > 0, "Trainer: an epoch has ", loader_.size(), " batches of ", options_.batch_size,
-           " per process, fewer than the ", options_.accumulation_steps, " micro-batches of one step (drop_last)");
+  // A step never spans two epochs: more micro-batches than an epoch has would be a smaller batch
+  // than the one asked for.
+  MT_CHECK(options_.accumulation_steps <= loader_.size(), "Trainer: an epoch has ", loader_.size(), " batches of ",
+           options_.batch_size, " per process, fewer than the ", options_.accumulation_steps,
+           " micro-batches of one step (accumulation_steps)");
   MT_CHECK(options_.warmup_steps >= 0, "Trainer: warmup_steps must be >= 0, got ", options_.warmup_steps);
   MT_CHECK(options_.eval_every >= 0, "Trainer: eval_every must be >= 0, got ", options_.eval_every);
   MT_CHECK(options_.lr_schedule || options_.lr_decay != LrDecay::kCosine || options_.warmup_steps < total_steps(),
@@ -306,7 +309,7 @@ const EvalResult& Trainer::evaluate_now(RunState& run) {
   return *last_eval_;
 }
 
-void Trainer::finish_epoch(RunState& run, bool evaluate_now) {
+void Trainer::finish_epoch(RunState& run, bool evaluate_at_end) {
   EpochInfo info;
   info.epoch = epoch_ + 1;
   info.epochs = run.epochs;
@@ -318,7 +321,7 @@ void Trainer::finish_epoch(RunState& run, bool evaluate_now) {
   ++epoch_;
   batch_ = 0;
   info.seconds = std::chrono::duration<double>(Clock::now() - run.epoch_start).count();
-  if (evaluate_now && eval_data_ != nullptr) info.eval = last_eval_step_ == step_ ? *last_eval_ : this->evaluate_now(run);
+  if (evaluate_at_end && eval_data_ != nullptr) info.eval = last_eval_step_ == step_ ? *last_eval_ : evaluate_now(run);
   if (options_.on_epoch) options_.on_epoch(info);
   run.epoch_start = Clock::now();
 }

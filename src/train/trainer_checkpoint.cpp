@@ -17,6 +17,7 @@
 // Doubles go through JSON with round-trip precision (nlohmann prints the shortest exact form), so the
 // restored statistics and hyperparameters are the saved bits.
 #include <algorithm>
+#include <optional>
 #include <array>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -156,10 +157,10 @@ std::map<std::string, std::string> Trainer::trajectory_settings() const {
             // constant (or custom, step-indexed) lr keeps its trajectory.
             {"total_steps", decay == std::string("cosine") ? json(total_steps()) : json(nullptr)},
             {"clip_grad_norm", options_.clip_grad_norm ? json(*options_.clip_grad_norm) : json(nullptr)}};
-  // Only when not the default, so that checkpoints written before the setting existed still match.
-  // Accumulation fixes which examples make a step (and what the position counts): recorded as the
-  // global batch, so that a run resumed on another number of processes, with the accumulation that
-  // keeps that batch, keeps its trajectory.
+  // Only when not the default, so that checkpoints written before the setting existed still match
+  // (load_checkpoint's kRecordedWhenSet lists them). Accumulation fixes which examples make a step
+  // (and what the position counts): recorded as the global batch, so that a run resumed on another
+  // number of processes, with the accumulation that keeps that batch, keeps its trajectory.
   if (options_.accumulation_steps != 1)
     s["global_batch_size"] = options_.batch_size * world_size() * options_.accumulation_steps;
   if (options_.warmup_steps > 0 && !options_.lr_schedule) s["warmup_steps"] = options_.warmup_steps;
@@ -390,21 +391,21 @@ void Trainer::load_checkpoint(const std::string& path) {
       MT_CHECK(std::find(fixed.begin(), fixed.end(), o) == fixed.end(), "resume: '", o,
                "' cannot be overridden: it fixes the layout of the saved state or the position in the data");
     }
+    // Every setting of this run, and those recorded only when set that the checkpoint has.
+    std::set<std::string> keys;
+    for (const auto& [key, text] : expected) keys.insert(key);
+    for (const std::string& key : kRecordedWhenSet)
+      if (trainer.contains(key)) keys.insert(key);
     std::string refused, changed;
-    for (const auto& [key, text] : expected) {
-      const json want = json::parse(text);
+    for (const std::string& key : keys) {
+      const auto mine = expected.find(key);
+      const std::optional<json> want =
+          mine == expected.end() ? std::nullopt : std::optional<json>(json::parse(mine->second));
       const bool has = trainer.contains(key);
-      if (has && trainer.at(key) == want) continue;
-      const std::string what =
-          mixtrain::detail::concat(key, " = ", has ? io::describe_json(trainer.at(key)) : "(none)",
-                                   " in the checkpoint, ", io::describe_json(want), " in this run");
-      std::string& list = overrides.contains(key) ? changed : refused;
-      list += (list.empty() ? "" : "; ") + what;
-    }
-    for (const std::string& key : kRecordedWhenSet) {
-      if (expected.contains(key) || !trainer.contains(key)) continue;
-      const std::string what =
-          mixtrain::detail::concat(key, " = ", io::describe_json(trainer.at(key)), " in the checkpoint, (none) in this run");
+      if (has && want && trainer.at(key) == *want) continue;
+      const std::string what = mixtrain::detail::concat(key, " = ", has ? io::describe_json(trainer.at(key)) : "(none)",
+                                                        " in the checkpoint, ", want ? io::describe_json(*want) : "(none)",
+                                                        " in this run");
       std::string& list = overrides.contains(key) ? changed : refused;
       list += (list.empty() ? "" : "; ") + what;
     }

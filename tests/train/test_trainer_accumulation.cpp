@@ -258,11 +258,13 @@ TEST(TrainerAccumulation, BadSettingsAreRefused) {
   o.accumulation_steps = 0;
   mt::testing::expect_error([&] { tr::Trainer(*model, tr::adamw(), data, nullptr, o); },
                                      {"accumulation_steps must be >= 1, got 0"});
-  o.accumulation_steps = 5;  // 4 micro-batches an epoch, dropped as too few for a step
-  o.drop_last = true;
-  mt::testing::expect_error([&] { tr::Trainer(*model, tr::adamw(), data, nullptr, o); },
-                                     {"4 batches of 16", "fewer than the 5 micro-batches"});
-  o.drop_last = false;  // without drop_last they make one short step
+  o.accumulation_steps = 5;  // 4 micro-batches an epoch: a step of 5 would span epochs
+  for (const bool drop_last : {false, true}) {
+    o.drop_last = drop_last;
+    mt::testing::expect_error([&] { tr::Trainer(*model, tr::adamw(), data, nullptr, o); },
+                              {"4 batches of 16", "fewer than the 5 micro-batches"});
+  }
+  o.accumulation_steps = 4;  // the whole epoch in one step
   tr::Trainer ok(*model, tr::adamw(), data, nullptr, o);
   EXPECT_EQ(ok.batches_per_epoch(), 1);
 }

@@ -1,7 +1,6 @@
 // mixtrain compare: the same model, data and seed trained in several precisions; one table,
 // DIR/report.md and a plot through gnuplot (losses, their differences to fp32, accuracy per epoch,
 // step time and memory).
-#include <mixtrain/dist/process_group.h>
 #include <mixtrain/error.h>
 #include <mixtrain/io/file.h>
 #include <spawn.h>
@@ -296,7 +295,7 @@ int run_compare(const CompareArgs& in) {
   std::printf(
       "mixtrain compare: %s (%lld parameters) on %s; batch %s, AdamW lr %g (%s) wd %g, seed %llu, %d threads\n",
       a.model.c_str(), static_cast<long long>(info.num_parameters), describe(spec).c_str(),
-      describe_batch(a, dist::launched_by_mpi() ? dist::world().size() : 1).c_str(), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
+      describe_batch(a, processes()).c_str(), a.lr, describe_lr_decay(a).c_str(), a.weight_decay,
       static_cast<unsigned long long>(a.trainer.seed), threads);
   std::printf("cpu %s\n", cpu::describe().c_str());
   std::fflush(stdout);

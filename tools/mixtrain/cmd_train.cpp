@@ -194,7 +194,7 @@ static int run_train(const RunArgs& in) {
   std::printf("mixtrain train: %s (%lld parameters) on %s, %lld training examples\n", a.model.c_str(),
               static_cast<long long>(info.num_parameters), describe(spec).c_str(),
               static_cast<long long>(data.train->size()));
-  const int world = dist::launched_by_mpi() ? dist::world().size() : 1;
+  const int world = processes();
   const std::string batch = describe_batch(a, world);
   std::printf("precision %s (scaler %s, %s parameters), batch %s, AdamW lr %g (%s) wd %g, seed %llu, %d threads%s\n",
               a.precision.c_str(), scaler ? "on" : "off", a.master_weights.c_str(), batch.c_str(), a.lr,

@@ -156,25 +156,27 @@ LoadedData load_data(const DataSpec& spec, const RunArgs& a, const ModelInfo& in
   return d;
 }
 
-int64_t accumulation_steps(const RunArgs& a, int64_t processes) {
+int processes() { return dist::launched_by_mpi() ? dist::world().size() : 1; }
+
+int64_t accumulation_steps(const RunArgs& a, int64_t process_count) {
   if (a.global_batch_size == 0) return a.trainer.accumulation_steps;
   if (a.trainer.accumulation_steps != 1)
     throw UsageError("--global-batch-size and --grad-accum both set the accumulation: give one of them");
-  const int64_t per_step = a.trainer.batch_size * processes;
+  const int64_t per_step = a.trainer.batch_size * process_count;
   if (a.global_batch_size % per_step != 0)
     throw UsageError(mixtrain::detail::concat("--global-batch-size ", a.global_batch_size, " is not a multiple of ",
-                                              "--batch-size ", a.trainer.batch_size, " x ", processes,
-                                              processes == 1 ? " process" : " processes", " = ", per_step));
+                                              "--batch-size ", a.trainer.batch_size, " x ", process_count,
+                                              process_count == 1 ? " process" : " processes", " = ", per_step));
   return a.global_batch_size / per_step;
 }
 
-std::string describe_batch(const RunArgs& a, int64_t processes) {
-  const int64_t micro = accumulation_steps(a, processes), b = a.trainer.batch_size;
-  if (processes == 1 && micro == 1) return std::to_string(b);
+std::string describe_batch(const RunArgs& a, int64_t process_count) {
+  const int64_t micro = accumulation_steps(a, process_count), b = a.trainer.batch_size;
+  if (process_count == 1 && micro == 1) return std::to_string(b);
   std::string text = std::to_string(b);
-  if (processes > 1) text += " per process x " + std::to_string(processes) + " processes";
+  if (process_count > 1) text += " per process x " + std::to_string(process_count) + " processes";
   if (micro > 1) text += " x " + std::to_string(micro) + " micro-batches";
-  return text + " = " + std::to_string(b * processes * micro);
+  return text + " = " + std::to_string(b * process_count * micro);
 }
 
 train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precision, DType param_dtype) {
@@ -194,7 +196,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   o.on_nonfinite = train::parse_nonfinite_policy(a.on_nonfinite);
   o.lr_decay = a.lr_decay == "constant" ? train::LrDecay::kConstant : train::LrDecay::kCosine;
   if (a.grad_clip > 0) o.clip_grad_norm = a.grad_clip;
-  o.accumulation_steps = accumulation_steps(a, dist::launched_by_mpi() ? dist::world().size() : 1);
+  o.accumulation_steps = accumulation_steps(a, processes());
   o.tensorboard = !a.no_tensorboard;
   o.model_name = a.model;
   o.data_name = a.data;

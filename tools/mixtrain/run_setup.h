@@ -33,12 +33,14 @@ std::unique_ptr<TextCodec> run_codec(const RunArgs& args);
 // files, with the install hint for Fashion-MNIST.
 LoadedData load_data(const DataSpec& spec, const RunArgs& args, const ModelInfo& info, const TextCodec* codec);
 
+// The processes training together: mpirun's world size, else 1.
+int processes();
 // The micro-batches per optimizer step: --grad-accum, or --global-batch-size / (--batch-size x
 // processes), refused (UsageError) when that does not divide or when both are given.
-int64_t accumulation_steps(const RunArgs& a, int64_t processes);
+int64_t accumulation_steps(const RunArgs& a, int64_t process_count);
 // The examples of one optimizer step as the banners say it: "16", "16 x 4 micro-batches = 64",
 // "16 per process x 2 processes x 4 micro-batches = 128".
-std::string describe_batch(const RunArgs& a, int64_t processes);
+std::string describe_batch(const RunArgs& a, int64_t process_count);
 // TrainerOptions for one precision and parameter dtype (callbacks and out_dir left to the caller).
 train::TrainerOptions trainer_options(const RunArgs& args, train::Precision precision, DType param_dtype);
 

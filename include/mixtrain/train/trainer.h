@@ -193,7 +193,8 @@ struct TrainerOptions {
   // targets per example, as default_loss is). Under data parallelism the gradients are reduced once,
   // on the last micro-batch (DistributedDataParallel::no_sync before it). Steps, epochs' lengths,
   // checkpoint_every, log_every, eval_every, warmup_steps and max_steps count optimizer steps; an
-  // epoch of M micro-batches has ceil(M / N) steps (the last one shorter), floor(M / N) with drop_last.
+  // epoch of M micro-batches has ceil(M / N) steps (the last one shorter), floor(M / N) with drop_last;
+  // N > M is refused (a step never spans two epochs).
   int64_t accumulation_steps = 1;
   bool shuffle = true;
   bool drop_last = false;
@@ -432,7 +433,7 @@ class Trainer {
   StepInfo train_step(data::DataLoader::Iterator& batch, int64_t micro_batches, double& data_wait_ms);
   // Forward and loss of one batch inside the precision's autocast region.
   Tensor forward_loss(const data::Batch& batch, Device device);
-  void finish_epoch(RunState& run, bool evaluate_now);
+  void finish_epoch(RunState& run, bool evaluate_at_end);
   // Evaluation during training, kept out of the training peak; recorded in last_eval_ and run.evals.
   const EvalResult& evaluate_now(RunState& run);
   // metrics.jsonl and on_step (in metrics.cpp, with the summary).
