@@ -25,7 +25,8 @@ namespace mixtrain {
   _(kMaxPool2d, max_pool2d) _(kAvgPool2d, avg_pool2d) _(kEmbedding, embedding) _(kDropout, dropout)  \
   _(kCat, cat) _(kStack, stack) _(kIndexSelect, index_select)                                        \
   _(kScaledDotProductAttention, scaled_dot_product_attention) _(kQkvAttention, qkv_attention)        \
-  _(kGeluLinear, gelu_linear) _(kBatchNorm, batch_norm) _(kNllLoss, nll_loss)
+  _(kGeluLinear, gelu_linear) _(kBatchNorm, batch_norm) _(kNllLoss, nll_loss)                      \
+  _(kLinearCrossEntropy, linear_cross_entropy)
 // clang-format on
 
 enum class OpId : uint16_t {

@@ -32,7 +32,8 @@ Rule builtin_cpu_rule(OpId op) {
     case OpId::kConv2d:
     case OpId::kScaledDotProductAttention:
     case OpId::kQkvAttention:
-    case OpId::kGeluLinear: return {CastPolicy::kLowerPrecision};
+    case OpId::kGeluLinear:
+    case OpId::kLinearCrossEntropy: return {CastPolicy::kLowerPrecision};
     case OpId::kExp:
     case OpId::kLog:
     case OpId::kPow:

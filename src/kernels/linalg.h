@@ -38,6 +38,13 @@ inline void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bi
   matmul_fp32_route_table(out.device(), out.dtype())(a, b, bias, out);
 }
 
+// out[..., n, m] += a[..., n, k] @ b[..., k, m]: shapes and strides as for MatmulFn, no bias, one
+// dtype (fp32 or fp64), out holding the sum so far. What the fused head (linear_cross_entropy) uses to
+// sum its weight gradient over blocks of rows in place. Optional: where a backend lacks it, the
+// caller makes the product in a temporary and adds it.
+using MatmulAccumulateFn = void(const Tensor& a, const Tensor& b, const Tensor& out);
+MT_KERNEL_TABLE(DispatchTable<MatmulAccumulateFn>, matmul_accumulate_table, "matmul accumulate");
+
 // out[j] = sum_i x[i, j] for a 2-D x of any strides; out is 1-D and contiguous, of x's dtype or --
 // for an fp32 x -- bf16 or fp16 (the fp32 sum rounded once). The bias gradient of linear.
 // Accumulation fp32 (fp64 for fp64) in the blocked row order: the rows are cut into blocks of

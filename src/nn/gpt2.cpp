@@ -86,9 +86,17 @@ Tensor GPT2Block::attention_branch(const Tensor& x, KVCache* cache) {
   return (*attn_drop_)((*attn_c_proj_)(o));
 }
 
+// c_proj(gelu(c_fc(ln_2(x)))) with the GELU and c_proj fused (functional::gelu_linear): backward
+// keeps c_fc's output [B, T, 4C] once instead of also keeping gelu's. In an FP8 region c_proj
+// quantises its own input, so the modules run one by one there.
 Tensor GPT2Block::mlp_branch(const Tensor& x) {
-  const Tensor a = gelu((*c_fc_)((*ln_2_)(x)), GeluApproximation::kTanh);
-  return (*mlp_drop_)((*mlp_c_proj_)(a));
+  const Tensor u = (*c_fc_)((*ln_2_)(x));
+  if (!amp::is_fp8_enabled() || !mlp_c_proj_->fp8()) {
+    // The fused GELU + c_proj belongs to c_proj's scope (for op observers).
+    autograd::ScopeGuard scope(autograd::has_op_observers() ? &mlp_c_proj_->scope_name() : nullptr);
+    return (*mlp_drop_)(functional::gelu_linear(u, mlp_c_proj_->weight(), mlp_c_proj_->bias(), GeluApproximation::kTanh));
+  }
+  return (*mlp_drop_)((*mlp_c_proj_)(gelu(u, GeluApproximation::kTanh)));
 }
 
 Tensor GPT2Block::forward(const Tensor& x) {
@@ -138,6 +146,10 @@ Tensor GPT2::embed(const Tensor& tokens, int64_t first) {
 Tensor GPT2::head(const Tensor& x) { return linear((*ln_f_)(x), wte_->weight()); }
 
 Tensor GPT2::forward(const Tensor& tokens) { return head((*h_)(embed(tokens, 0))); }
+
+Tensor GPT2::hidden_states(const Tensor& tokens) { return (*ln_f_)((*h_)(embed(tokens, 0))); }
+
+LinearHead GPT2::output_head() { return {wte_->weight(), Tensor()}; }
 
 Tensor GPT2::forward_cached(const Tensor& tokens, DecodeCache& cache) {
   NoGradGuard no_grad;

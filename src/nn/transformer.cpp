@@ -126,6 +126,10 @@ Tensor GPT::forward(const Tensor& tokens) {
   return (*head_)((*ln_f_)(x));  // [B, T, V]
 }
 
+Tensor GPT::hidden_states(const Tensor& tokens) { return (*ln_f_)((*blocks_)(embed(tokens, 0))); }
+
+LinearHead GPT::output_head() { return {head_->weight(), head_->bias()}; }
+
 Tensor GPT::forward_cached(const Tensor& tokens, DecodeCache& cache) {
   NoGradGuard no_grad;
   if (cache.layers.empty()) cache.layers.resize(blocks_->size());

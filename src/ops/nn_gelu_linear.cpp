@@ -1,8 +1,9 @@
 // gelu_linear(x, w, b) = linear(gelu(x), w, b), the second half of a Transformer MLP, saving x
 // instead of gelu(x): backward recomputes gelu(x) (bit-identical: same arithmetic, same input), so
-// the [rows, hidden] activation is kept once instead of twice. The recompute shares its pass and
-// its erf with gelu's own backward (kernels::gelu_forward_backward_kernel), so it costs little
-// more than the backward alone.
+// the [rows, hidden] activation is kept once instead of twice. For the exact GELU the recompute
+// shares its pass and its erf with gelu's own backward (kernels::gelu_forward_backward_kernel), so
+// it costs little more than the backward alone; the tanh form (GPT-2's) recomputes in a pass of its
+// own.
 //
 // Numerics and autocast follow the unfused composition exactly: gelu runs in x's dtype (its own
 // input-dtype policy), then the gelu_linear policy (lower precision, like linear) casts gelu(x), w
@@ -22,7 +23,7 @@ namespace mixtrain::nn::functional {
 using autograd::SavedTensor;
 using autograd::TensorList;
 
-Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
+Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_, GeluApproximation approximate) {
   MT_CHECK(x_.defined() && x_.is_floating_point() && x_.dim() >= 1,
            "gelu_linear: expected a floating-point input [..., in], got ",
            x_.defined() ? describe(x_) : std::string("an undefined tensor"));
@@ -31,7 +32,7 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
   Tensor h;
   {
     NoGradGuard no_grad;
-    h = gelu(x_.detach());
+    h = gelu(x_.detach(), approximate);
   }
   Tensor w = w_, b = b_;
   bool params_rounded = false;
@@ -50,7 +51,7 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
   autograd::record("gelu_linear", {x, w, b}, y,
                    [sx = SavedTensor(x.detach()), sw = need_x ? SavedTensor(w.detach()) : SavedTensor(), hd = h.dtype(),
                     w_dt = w.dtype(), b_dt = b.defined() ? b.dtype() : h.dtype(), need_x, need_w, need_b, in, out,
-                    rows, x_shape = x.shape()](const TensorList& grads) {
+                    rows, x_shape = x.shape(), approximate](const TensorList& grads) {
                      const Tensor xv = sx.unpack("gelu_linear");
                      const ops::LinearOutputGrad gy(grads[0].to(hd).reshape({rows, out}));
                      TensorList result(3);
@@ -60,7 +61,8 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
                            gy.product(gy.g(), sw.unpack("gelu_linear")).to(xv.dtype()).reshape(x_shape).contiguous();
                        const Tensor xc = xv.contiguous();
                        const auto& both = kernels::gelu_forward_backward_kernel();
-                       if (need_w && both.has(xc.device().type, xc.dtype())) {
+                       if (need_w && approximate == GeluApproximation::kNone &&
+                           both.has(xc.device().type, xc.dtype())) {
                          // gelu(x) and the input gradient from one erf per element; the gradient
                          // overwrites gh, a temporary of this function.
                          Tensor h = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
@@ -69,12 +71,15 @@ Tensor gelu_linear(const Tensor& x_, const Tensor& w_, const Tensor& b_) {
                          result[0] = gh;
                        } else {
                          Tensor gx = Tensor::empty(xc.shape(), xc.dtype(), xc.device());
-                         kernels::unary_backward_kernel(kernels::UnaryOp::kGelu)(xc.device(), xc.dtype())(gx, gh, xc, {});
+                         const kernels::UnaryOp op = approximate == GeluApproximation::kTanh
+                                                         ? kernels::UnaryOp::kGeluTanh
+                                                         : kernels::UnaryOp::kGelu;
+                         kernels::unary_backward_kernel(op)(xc.device(), xc.dtype())(gx, gh, xc, {});
                          result[0] = gx;
                        }
                      }
                      if (need_w) {
-                       if (!hv.defined()) hv = gelu(xv).to(hd);
+                       if (!hv.defined()) hv = gelu(xv, approximate).to(hd);
                        result[1] = gy.product(gy.g().t(), hv.reshape({rows, in}), w_dt);
                      }
                      if (need_b) result[2] = gy.bias_grad(b_dt);

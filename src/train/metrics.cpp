@@ -99,6 +99,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"gradient_reduction", gradient_reduction},
             {"accumulation_steps", accumulation_steps},
             {"global_batch_size", global_batch_size},
+            {"fused_lm_head", fused_lm_head},
             {"test_accuracy", opt(test_accuracy)},
             {"test_loss", opt(test_loss)},
             {"evals", evals_json},
@@ -172,6 +173,7 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   }
   s.accumulation_steps = options_.accumulation_steps;
   s.global_batch_size = options_.batch_size * world_size() * options_.accumulation_steps;
+  s.fused_lm_head = fused_head_model() != nullptr;
   if (last_eval_) {
     s.test_accuracy = last_eval_->accuracy;
     s.test_loss = last_eval_->loss;

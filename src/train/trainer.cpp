@@ -214,11 +214,26 @@ Tensor Trainer::forward_loss(const data::Batch& batch, Device device) {
     const std::optional<DType> dtype = autocast_dtype(options_.precision.precision);
     amp::Autocast autocast(device.type, dtype, dtype.has_value());
     amp::Fp8Autocast fp8(fp8_region());
-    loss = options_.loss_fn(model_->forward(batch.input.to(device)), batch.target.to(device));
+    const Tensor input = batch.input.to(device), target = batch.target.to(device);
+    if (nn::LinearHeadLanguageModel* lm = fused_head_model()) {
+      const nn::LinearHead head = lm->output_head();
+      loss = nn::functional::linear_cross_entropy(lm->hidden_states(input), head.weight, head.bias, target,
+                                                  {.block_rows = options_.fused_lm_head_block_rows});
+    } else {
+      loss = options_.loss_fn(model_->forward(input), target);
+    }
   }
   MT_CHECK(loss.defined() && loss.numel() == 1, "Trainer: the loss must be one value, got ",
            loss.defined() ? describe(loss) : std::string("an undefined tensor"));
   return loss;
+}
+
+nn::LinearHeadLanguageModel* Trainer::fused_head_model() const {
+  if (!options_.fused_lm_head) return nullptr;
+  using LossPtr = Tensor (*)(const Tensor&, const Tensor&);
+  const LossPtr* loss = options_.loss_fn.target<LossPtr>();
+  if (loss == nullptr || *loss != &default_loss) return nullptr;
+  return dynamic_cast<nn::LinearHeadLanguageModel*>(model_);
 }
 
 StepInfo Trainer::train_step(data::DataLoader::Iterator& batch, int64_t micro_batches, double& data_wait_ms) {

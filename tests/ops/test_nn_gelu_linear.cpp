@@ -1,6 +1,6 @@
 // gelu_linear (src/ops/nn_gelu_linear.cpp): bit-identical to linear(gelu(x), w, b) in value and in
-// every gradient, in fp32 and under bf16/fp16 autocast (where it also keeps one activation instead
-// of two); fp64 finite differences; errors.
+// every gradient, for the exact and the tanh GELU, in fp32 and under bf16/fp16 autocast (where it
+// also keeps one activation instead of two); fp64 finite differences; errors.
 #include <gtest/gtest.h>
 
 #include "mixtrain/amp/autocast.h"
@@ -16,7 +16,8 @@ namespace {
 namespace F = nn::functional;
 
 // Value and gradients (x, w, b) of f(x, w, b) for a seeded output gradient, on fresh fp32 leaves.
-std::vector<std::vector<float>> run(bool fused, std::optional<DType> autocast_dtype, bool with_bias) {
+std::vector<std::vector<float>> run(bool fused, std::optional<DType> autocast_dtype, bool with_bias,
+                                    GeluApproximation approx = GeluApproximation::kNone) {
   Tensor x = randn32({3, 5, 24}, 1).requires_grad_();
   Tensor w = randn32({10, 24}, 2, 0.2).requires_grad_();
   Tensor b = with_bias ? randn32({10}, 3).requires_grad_() : Tensor();
@@ -24,7 +25,7 @@ std::vector<std::vector<float>> run(bool fused, std::optional<DType> autocast_dt
   {
     std::optional<amp::Autocast> ac;
     if (autocast_dtype) ac.emplace(mixtrain::testing::test_device().type, *autocast_dtype);
-    y = fused ? F::gelu_linear(x, w, b) : linear(gelu(x), w, b);
+    y = fused ? F::gelu_linear(x, w, b, approx) : linear(gelu(x, approx), w, b);
   }
   y.backward(randn32(y.shape(), 4).to(y.dtype()));
   std::vector<std::vector<float>> r{y.to(kFloat32).to_vector<float>(), x.grad().to_vector<float>(),
@@ -37,8 +38,11 @@ TEST(GeluLinear, BitIdenticalToTheComposition) {
   for (std::optional<DType> dt :
        {std::optional<DType>(), std::optional<DType>(kBFloat16), std::optional<DType>(kFloat16)}) {
     for (bool bias : {true, false}) {
-      SCOPED_TRACE(std::string(dt ? to_string(*dt) : "fp32") + (bias ? " bias" : " no bias"));
-      EXPECT_EQ(run(true, dt, bias), run(false, dt, bias));
+      for (GeluApproximation approx : {GeluApproximation::kNone, GeluApproximation::kTanh}) {
+        SCOPED_TRACE(std::string(dt ? to_string(*dt) : "fp32") + (bias ? " bias" : " no bias") +
+                     (approx == GeluApproximation::kTanh ? " tanh" : " erf"));
+        EXPECT_EQ(run(true, dt, bias, approx), run(false, dt, bias, approx));
+      }
     }
   }
 }
@@ -64,9 +68,11 @@ TEST(GeluLinear, AutocastOutputDtypeAndSavesOneActivation) {
 }
 
 TEST(GeluLinear, Gradcheck) {
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) { return F::gelu_linear(in[0], in[1], in[2]); },
-                      {rand_input({2, 3, 4}, -2, 2, 7), rand_input({5, 4}, -1, 1, 8), rand_input({5}, -1, 1, 9)}),
-            "");
+  for (GeluApproximation approx : {GeluApproximation::kNone, GeluApproximation::kTanh}) {
+    EXPECT_EQ(gradcheck([&](const std::vector<Tensor>& in) { return F::gelu_linear(in[0], in[1], in[2], approx); },
+                        {rand_input({2, 3, 4}, -2, 2, 7), rand_input({5, 4}, -1, 1, 8), rand_input({5}, -1, 1, 9)}),
+              "");
+  }
 }
 
 TEST(GeluLinear, Errors) {

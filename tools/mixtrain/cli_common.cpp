@@ -181,6 +181,10 @@ void add_run_flags(CLI::App& app, RunArgs& a, unsigned flags) {
                  "Activation checkpointing: keep only each transformer block's input (gpt models) or each of about "
                  "sqrt(n) layer segments' input (other models) and recompute the rest during backward; less memory "
                  "for one more forward pass, gradients bit-identical");
+    app.add_flag("--unfused-head", a.unfused_head,
+                 "Language models (gpt, gpt-small, gpt2): compute the output head's logits whole and then the loss, "
+                 "instead of the fused head and loss that works a block of rows at a time and never holds the "
+                 "[batch, context, vocab] logits (the default; same loss, gradients within rounding)");
   }
   if (has(Flags::kCommon)) {
     app.add_option("--scaler", a.scaler, "GradScaler: auto (on for fp16 only), on, off")

@@ -50,6 +50,7 @@ struct RunArgs {
   std::string scaler = "auto";
   std::string master_weights = "fp32";
   bool checkpoint_activations = false;  // --checkpoint-activations: recompute block activations in backward
+  bool unfused_head = false;  // --unfused-head: TrainerOptions::fused_lm_head off
   bool compact_state = false;  // --compact-state: packed fp32 masters + bf16 first moment (bf16 parameters)
   std::string weight_update = "master";  // --weight-update: master, stochastic, kahan, nearest (bf16 parameters)
   // --fp8-*: the FP8 recipe of --precision fp8 (amp/fp8.h)

@@ -136,6 +136,7 @@ int run_bench(const BenchArgs& b) {
                               {"compact_state", s.compact_state},
                               {"weight_update", s.weight_update},
                               {"checkpoint_activations", a.checkpoint_activations},
+                              {"fused_lm_head", s.fused_lm_head},
                               {"find_nonfinite_origin", a.trainer.find_nonfinite_origin},
                               {"model_state_bytes", s.model_state_bytes},
                               {"model_state_bytes_per_param", s.model_state_bytes_per_param},
@@ -153,6 +154,7 @@ int run_bench(const BenchArgs& b) {
   std::printf("  omp waiting  %s\n", wait_policy().c_str());
   std::printf("  products     %s\n", s.products.c_str());
   if (a.checkpoint_activations) std::printf("  activations  checkpointed (recomputed during backward)\n");
+  if (s.fused_lm_head) std::printf("  head         fused with the loss (blocks of rows; --unfused-head: whole logits)\n");
   std::printf("  step time    %.3f ms (median)\n", s.step_ms_median);
   std::printf("  throughput   %.0f samples/s\n", s.samples_per_sec);
   std::printf("  compute      %.1f GFLOP/s (%lld training FLOPs per sample)\n", s.gflops.value_or(0.0),

@@ -198,6 +198,7 @@ train::TrainerOptions trainer_options(const RunArgs& a, train::Precision precisi
   if (a.grad_clip > 0) o.clip_grad_norm = a.grad_clip;
   o.accumulation_steps = accumulation_steps(a, processes());
   o.tensorboard = !a.no_tensorboard;
+  o.fused_lm_head = !a.unfused_head;
   o.model_name = a.model;
   o.data_name = a.data;
   o.augment_name = a.augment;

@@ -35,6 +35,41 @@ enum class Reduction { kNone, kMean, kSum };
 // mean. label_smoothing in [0, 1] mixes the one-hot target with the uniform distribution.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::kMean,
                      int64_t ignore_index = -100, double label_smoothing = 0.0);
+// cross_entropy(linear(x, weight, bias), target) without the logits: the loss of a language
+// model's output head, computed a block of rows at a time so that the [N, V] logits never exist
+// whole. x [..., C], weight [V, C], bias [V] or undefined, target int64/int32 of x's shape without
+// its last dim (values in [0, V) or ignore_index). Returns a scalar: the mean over the rows whose
+// target is not ignore_index (NaN when there are none, as cross_entropy), or the sum.
+//
+// Autocast: a lower-precision op, cast like linear. Per block: logits = x W^T + b from the
+// 16-bit (or fp32) operands, accumulated in fp32 and kept in fp32 (the unfused path rounds them to
+// 16 bits first); log-sum-exp, softmax and the loss in fp32 (cross_entropy's rule). With autograd
+// the gradient is computed in the same pass over the block, so a block's logits are made once:
+// dlogits = softmax - target distribution in fp32, rounded through x's 16-bit dtype (the unfused
+// path's 16-bit logits gradient; pre-scaled by a power of two so that fp16 neither underflows nor
+// overflows), then dx, dW and db accumulated in fp32 over all blocks; backward multiplies them by
+// the loss's gradient (in place) and rounds each once into its input's dtype; the gradients go to
+// the weight and bias as given (fp32 parameters: rounded through the 16-bit dtype, as autocast's
+// cast would). Memory: one block's logits and their gradient ([rows, V] fp32 each), the operands'
+// fp32 copies where they are 16-bit, and, saved for backward, dx [N, C], dW [V, C] and db [V] in
+// fp32 (a backend without an accumulating product adds a [V, C] temporary): no [N, V] tensor. The
+// gradients are made in the forward, so one forward allows one backward. The unfused
+// cross_entropy(linear(...)) is the reference; fp32 and fp64 results equal it within rounding.
+struct LinearCrossEntropyOptions {
+  Reduction reduction = Reduction::kMean;  // kMean or kSum (per-row losses: use the unfused ops)
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;  // in [0, 1], as cross_entropy's
+  // Rows per block; 0: linear_cross_entropy_block_rows(V). More rows: fewer, larger products.
+  int64_t block_rows = 0;
+};
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                            const LinearCrossEntropyOptions& options = {});
+// The default block: the rows whose fp32 logits fill kLinearCrossEntropyBlockBytes, rounded down to
+// a multiple of 64 (at least 64). Chosen by measurement (docs/performance.md#fused-head-and-loss):
+// for GPT-2's vocabulary that is 512 rows, where the head and loss are as fast as unfused (smaller
+// blocks make the products slower: 1.28x at 64 rows) and larger ones only add memory.
+inline constexpr int64_t kLinearCrossEntropyBlockBytes = int64_t{100} << 20;
+int64_t linear_cross_entropy_block_rows(int64_t vocab_size);
 // log-probabilities [N, C] and targets [N].
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::kMean,
                 int64_t ignore_index = -100);
@@ -89,10 +124,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor qkv_attention(const Tensor& qkv, int64_t num_heads, bool is_causal = false,
                      std::optional<double> scale = std::nullopt);
 
-// linear(gelu(x), weight, bias) (exact erf GELU) with the gradients of the unfused composition,
-// bit for bit, but saving x instead of gelu(x): backward recomputes gelu(x). x [..., in] any
-// floating dtype; weight [out, in]; bias [out] or undefined -> [..., out]. Under autocast gelu runs
-// in x's dtype and the product in the region's 16-bit dtype (policy: lower precision, as linear).
-Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// linear(gelu(x, approximate), weight, bias) with the gradients of the unfused composition, bit for
+// bit, but saving x instead of gelu(x): backward recomputes gelu(x). x [..., in] any floating dtype;
+// weight [out, in]; bias [out] or undefined -> [..., out]. Under autocast gelu runs in x's dtype and
+// the product in the region's 16-bit dtype (policy: lower precision, as linear).
+Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                   GeluApproximation approximate = GeluApproximation::kNone);
 
 }  // namespace mixtrain::nn::functional

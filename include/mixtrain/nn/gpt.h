@@ -8,6 +8,7 @@
 #include "mixtrain/nn/embedding.h"
 #include "mixtrain/nn/generation.h"
 #include "mixtrain/nn/linear.h"
+#include "mixtrain/nn/lm_head.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/nn/transformer.h"
 #include "mixtrain/random.h"
@@ -28,10 +29,13 @@ struct GPTConfig {
 // Submodules: "tok_emb" Embedding(V, C), "pos_emb" Embedding(context, C) (learned positions,
 // weight [context, C]), "blocks" (a Sequential of L causal TransformerBlocks: "blocks.0", ...),
 // "ln_f" LayerNorm(C), "head" Linear(C, V) with bias; no weight tying.
-class GPT : public Module, public IncrementalDecoder {
+class GPT : public Module, public IncrementalDecoder, public LinearHeadLanguageModel {
  public:
   explicit GPT(GPTConfig config = {}, Generator* generator = nullptr);
   Tensor forward(const Tensor& tokens) override;
+  // The fused head's inputs (nn/lm_head.h): forward() == linear(hidden_states(), head weight, bias).
+  Tensor hidden_states(const Tensor& tokens) override;
+  LinearHead output_head() override;
   std::string extra_repr() const override;
 
   const GPTConfig& config() const { return config_; }

@@ -12,6 +12,7 @@
 #include "mixtrain/nn/embedding.h"
 #include "mixtrain/nn/generation.h"
 #include "mixtrain/nn/linear.h"
+#include "mixtrain/nn/lm_head.h"
 #include "mixtrain/nn/normalization.h"
 #include "mixtrain/random.h"
 
@@ -86,10 +87,13 @@ class GPT2Block : public Module {
 // residual projections (attn.c_proj, mlp.c_proj) N(0, initializer_range / sqrt(2 n_layer)),
 // biases 0, LayerNorms 1 and 0; drawn in module order from `generator` (the process-wide one when
 // null), which also seeds each Dropout.
-class GPT2 : public Module, public IncrementalDecoder {
+class GPT2 : public Module, public IncrementalDecoder, public LinearHeadLanguageModel {
  public:
   explicit GPT2(GPT2Config config = {}, Generator* generator = nullptr);
   Tensor forward(const Tensor& tokens) override;
+  // The fused head's inputs (nn/lm_head.h): forward() == linear(hidden_states(), head weight, bias).
+  Tensor hidden_states(const Tensor& tokens) override;
+  LinearHead output_head() override;
   std::string extra_repr() const override;
 
   const GPT2Config& config() const { return config_; }

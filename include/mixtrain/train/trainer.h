@@ -95,6 +95,7 @@
 #include "mixtrain/dist/zero.h"
 #include "mixtrain/io/file.h"
 #include "mixtrain/io/safetensors.h"
+#include "mixtrain/nn/lm_head.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/nn/nonfinite_origin.h"
 #include "mixtrain/nn/numerics_monitor.h"
@@ -242,6 +243,16 @@ struct TrainerOptions {
   double lr_min_factor = 0.0;  // in [0, 1]
   int64_t warmup_steps = 0;
   LossFn loss_fn = default_loss;
+  // With the default loss on a language model whose logits are a linear map of its hidden states
+  // (nn::LinearHeadLanguageModel: nn::GPT, nn::GPT2), training steps compute the head and the loss
+  // together, a block of rows at a time (nn::functional::linear_cross_entropy): the [B, T, V] logits
+  // never exist, and neither do their fp32 copy and gradients under autocast. Same loss; gradients
+  // within rounding of the unfused path (more exact under autocast: the logits are not rounded to
+  // 16 bits). false: the model's forward() and loss_fn, as for every other model. Evaluation always
+  // runs forward() (it also reports accuracy from the logits).
+  bool fused_lm_head = true;
+  // Rows per block of the fused head (LinearCrossEntropyOptions::block_rows; 0: its default).
+  int64_t fused_lm_head_block_rows = 0;
 
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   // Check every op's outputs, forward and backward, for the first inf/NaN (nn::NonFiniteOrigin): the
@@ -316,6 +327,9 @@ struct TrainSummary {
   std::string gradient_reduction;
   int64_t accumulation_steps = 1;  // TrainerOptions::accumulation_steps
   int64_t global_batch_size = 0;  // batch_size * world_size * accumulation_steps: the samples of one step
+  // The training steps computed the head and loss fused (TrainerOptions::fused_lm_head on a language
+  // model with the default loss).
+  bool fused_lm_head = false;
   std::optional<double> test_accuracy;  // of the final evaluation (fraction in [0, 1])
   std::optional<double> test_loss;
   // Every evaluation of this fit() call, in step order (eval_every's, epoch ends', the final one).
@@ -433,6 +447,9 @@ class Trainer {
   StepInfo train_step(data::DataLoader::Iterator& batch, int64_t micro_batches, double& data_wait_ms);
   // Forward and loss of one batch inside the precision's autocast region.
   Tensor forward_loss(const data::Batch& batch, Device device);
+  // The model as a fused head's language model when training steps use linear_cross_entropy
+  // (fused_lm_head, the default loss, a LinearHeadLanguageModel); null otherwise.
+  nn::LinearHeadLanguageModel* fused_head_model() const;
   void finish_epoch(RunState& run, bool evaluate_at_end);
   // Evaluation during training, kept out of the training peak; recorded in last_eval_ and run.evals.
   const EvalResult& evaluate_now(RunState& run);

@@ -19,6 +19,7 @@
 #include "kernels/copy.h"
 #include "backends/cpu/kernels/register.h"
 #include "backends/cpu/kernels/ref/linalg_ref.h"
+#include "kernels/elementwise.h"
 #include "kernels/linalg.h"
 #include "backends/cpu/kernels/onednn/common.h"
 #include "backends/cpu/kernels/onednn/primitive_cache.h"
@@ -32,6 +33,7 @@ using dnnl::memory;
 struct MatmulKey {
   int64_t rank;
   int64_t a_dt, b_dt, c_dt, bias_dt;  // bias_dt -1: no bias
+  int64_t accumulate;                 // 1: dst += product (a sum post-op)
   int64_t a_dims[kMaxDims], a_strides[kMaxDims];
   int64_t b_dims[kMaxDims], b_strides[kMaxDims];
   int64_t c_dims[kMaxDims];
@@ -169,8 +171,14 @@ EntryPtr create(const MatmulKey& key, const Layout& a, const Layout& b, const Te
   }
   dnnl::matmul::desc desc = bias.defined() ? dnnl::matmul::desc(e.a_md, e.b_md, e.bias_md, e.c_md)
                                            : dnnl::matmul::desc(e.a_md, e.b_md, e.c_md);
+  dnnl::primitive_attr attr = onednn::base_attr();
+  if (key.accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attr.set_post_ops(sum);
+  }
   try {
-    e.pd = dnnl::matmul::primitive_desc(desc, onednn::base_attr(), onednn::engine());
+    e.pd = dnnl::matmul::primitive_desc(desc, attr, onednn::engine());
   } catch (const dnnl::error& err) {
     onednn::rethrow_creation_error(err, detail::concat("matmul ", a.dims, " @ ", b.dims, " -> ", out.shape(), " (",
                                                        out.dtype(), bias.defined() ? ", with bias" : "", ")"));
@@ -186,8 +194,9 @@ EntryPtr create(const MatmulKey& key, const Layout& a, const Layout& b, const Te
 
 // Looks up (or creates) the primitive for these operands; `a`/`b` layouts already described.
 EntryPtr lookup(const Layout& a, const Layout& b, const Tensor& a_t, const Tensor& b_t, const Tensor& bias,
-                const Tensor& out) {
+                const Tensor& out, bool accumulate) {
   MatmulKey key{};
+  key.accumulate = accumulate ? 1 : 0;
   key.rank = out.dim();
   key.a_dt = static_cast<int64_t>(onednn::to_dnnl(a_t.dtype()));
   key.b_dt = static_cast<int64_t>(onednn::to_dnnl(b_t.dtype()));
@@ -203,23 +212,25 @@ EntryPtr lookup(const Layout& a, const Layout& b, const Tensor& a_t, const Tenso
   return cache().get(key, [&] { return create(key, a, b, bias, out); });
 }
 
-// oneDNN matmul of operands with oneDNN dtypes (f32, or bf16 inputs with bf16/f32 output).
-void run_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out) {
+// oneDNN matmul of operands with oneDNN dtypes (f32, or bf16 inputs with bf16/f32 output);
+// accumulate: out += product.
+void run_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out,
+                bool accumulate = false) {
   Tensor a = a_in, b = b_in;
   Layout la, lb;
   if (!describe_operand(a, la)) describe_operand(a = contiguous(a), la);
   if (!describe_operand(b, lb)) describe_operand(b = contiguous(b), lb);
-  EntryPtr ep = lookup(la, lb, a, b, bias, out);
+  EntryPtr ep = lookup(la, lb, a, b, bias, out, accumulate);
   const MatmulEntry& e = *ep;
   if (e.reference_only) {
     MT_INTERNAL_ASSERT(!(a.is_contiguous() && b.is_contiguous()), "oneDNN offers only a reference matmul for ",
                        describe(a), " @ ", describe(b));
-    run_onednn(contiguous(a), contiguous(b), bias, out);
+    run_onednn(contiguous(a), contiguous(b), bias, out, accumulate);
     return;
   }
   if (e.pad_a || e.pad_b) {  // the padded layouts have their own entry, which pads nothing
     run_onednn(e.pad_a ? run_padded_copy(*e.pad_a, e.a_md, a) : a, e.pad_b ? run_padded_copy(*e.pad_b, e.b_md, b) : b,
-               bias, out);
+               bias, out, accumulate);
     return;
   }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, onednn::wrap(e.a_md, a)},
@@ -280,6 +291,19 @@ void matmul_fp64(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
   ref::matmul(a, b, bias, out);
 }
 
+void matmul_accumulate_fp32(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0 || a.size(-1) == 0) return;  // adds nothing
+  run_onednn(a, b, Tensor(), out, /*accumulate=*/true);
+}
+
+// The fp64 reference (gradient checks): the product, then the sum.
+void matmul_accumulate_fp64(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0 || a.size(-1) == 0) return;
+  Tensor product = Tensor::empty(out.shape(), kFloat64, out.device());
+  ref::matmul(a, b, Tensor(), product);
+  binary_kernel(BinaryOp::kAdd)(out.device(), kFloat64)(out, out, product, {1.0});
+}
+
 }  // namespace
 
 void matmul_fp32_route_cpu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
@@ -291,6 +315,8 @@ void register_onednn_matmul(const Registry& r) {
   for (DType d : {kFloat32, kBFloat16, kFloat16}) r.set(matmul_fp32_route_table, d, &matmul_fp32_route_cpu);
   r.every_dtype(uses_fp32_route_table, &uses_fp32_route);
   r.set(matmul_table, kFloat64, &matmul_fp64);
+  r.set(matmul_accumulate_table, kFloat32, &matmul_accumulate_fp32);
+  r.set(matmul_accumulate_table, kFloat64, &matmul_accumulate_fp64);
 }
 
 void matmul_fp32_route_cpu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
@@ -306,7 +332,7 @@ std::string matmul_impl_info(const Tensor& a_in, const Tensor& b_in, const Tenso
   Layout la, lb;
   if (!describe_operand(a, la)) describe_operand(a = contiguous(a), la);
   if (!describe_operand(b, lb)) describe_operand(b = contiguous(b), lb);
-  EntryPtr e = lookup(la, lb, a, b, bias, out);
+  EntryPtr e = lookup(la, lb, a, b, bias, out, /*accumulate=*/false);
   std::string info = e->pd.impl_info_str();
   if (e->pad_a) info += ", A copied with a padded stride";
   if (e->pad_b) info += ", B copied with a padded stride";
