@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """GPT-2 small (124M) training steps: `mixtrain bench --model gpt2` against transformers'
 GPT2LMHeadModel in PyTorch eager and torch.compile (bench/pytorch_bench.py --model gpt2), per
-precision, alternating the frameworks in each repetition; then mixtrain's peak memory per precision
-with and without activation checkpointing, at GPT-2's context (batch 4 x 1024 tokens, one timed
-step). Prints markdown tables; --json FILE keeps the raw runs.
+precision, alternating the frameworks in each repetition; then the memory at GPT-2's context (batch
+4 x 1024 tokens, one timed step): mixtrain's peak tensor bytes per precision, with and without the
+fused head and activation checkpointing, against the unfused fp32 step, and the processes' maximum
+resident set against PyTorch's. Prints markdown tables; --json FILE keeps the raw runs.
 
     /tmp/venv/bin/python bench/gpt2/bench_gpt2.py [--build build] [--batch-size 2] [--context 256]
         [--steps 4] [--warmup 2] [--reps 1] [--no-compile] [--json runs/gpt2-bench.json]
@@ -52,6 +53,7 @@ def main():
     ap.add_argument("--memory-batch", type=int, default=4, help="the memory runs' batch (GPT-2's context: 1024)")
     ap.add_argument("--memory-context", type=int, default=1024)
     ap.add_argument("--skip-steps", action="store_true", help="only the memory table")
+    ap.add_argument("--no-pytorch-memory", action="store_true", help="no PyTorch runs in the memory table")
     ap.add_argument("--json")
     a = ap.parse_args()
     cli = os.path.join(a.build, "tools/mixtrain/mixtrain")
@@ -103,27 +105,54 @@ def print_steps(a, sides, runs):
     print()
 
 
+# The memory runs: (label, precision, extra flags). The first is the reference of the ratios: the
+# unfused head in fp32, the step as it was before the fused head and loss.
+MEMORY_RUNS = (
+    ("fp32, unfused head (reference)", "fp32", ["--unfused-head"]),
+    ("fp32", "fp32", []),
+    ("fp32, checkpointed", "fp32", ["--checkpoint-activations"]),
+    ("bf16, unfused head", "bf16", ["--unfused-head"]),
+    ("bf16", "bf16", []),
+    ("bf16, checkpointed", "bf16", ["--checkpoint-activations"]),
+    ("bf16 parameters, stochastic rounding", "bf16", ["--master-weights", "bf16", "--weight-update", "stochastic"]),
+    ("bf16 parameters, stochastic rounding, checkpointed", "bf16",
+     ["--master-weights", "bf16", "--weight-update", "stochastic", "--checkpoint-activations"]),
+)
+
+
 def print_memory(a, cli):
-    print(f"mixtrain's memory, batch {a.memory_batch} x {a.memory_context} tokens:\n")
+    print(f"Memory, batch {a.memory_batch} x {a.memory_context} tokens, one timed step after one warm-up step:\n")
     mt = lambda p, *extra: [cli, "bench", "--model", "gpt2", "--context", str(a.memory_context), "--precision", p,
                             "--json", "--batch-size", str(a.memory_batch), "--steps", "1", "--warmup", "1",
                             "--threads", str(a.threads), *extra]
-    print("| mixtrain run | peak tensor bytes | vs fp32 | max RSS | step |")
-    print("|---|---:|---:|---:|---:|")
+    pt = lambda p: [sys.executable, os.path.join(ROOT, "bench/pytorch_bench.py"), "--model", "gpt2", "--context",
+                    str(a.memory_context), "--precision", p, "--batch-size", str(a.memory_batch), "--steps", "1",
+                    "--warmup", "1", "--threads", str(a.threads)]
     mem = MEMORY
-    for label, extra in (("fp32", ["fp32"]), ("fp32, checkpointed", ["fp32", "--checkpoint-activations"]),
-                         ("bf16", ["bf16"]), ("bf16, checkpointed", ["bf16", "--checkpoint-activations"]),
-                         ("bf16 params, stochastic rounding, checkpointed",
-                          ["bf16", "--checkpoint-activations", "--master-weights", "bf16", "--weight-update",
-                           "stochastic"])):
-        r = run(mt(extra[0], *extra[1:]))
-        r.update(label=label)
+    for label, p, extra in MEMORY_RUNS:
+        r = run(mt(p, *extra))
+        r.update(label=label, side="mixtrain")
         mem.append(r)
+    print("| mixtrain run | peak tensor bytes | vs reference | activations and temporaries | max RSS | step |")
+    print("|---|---:|---:|---:|---:|---:|")
     base = mem[0]["peak_bytes"]
+    base_act = base - mem[0]["model_state_bytes"]
     for r in mem:
-        rss = f"{r['max_rss_bytes'] / 2**30:.2f} GiB"
-        print(f"| {r['label']} | {r['peak_bytes'] / 2**30:.2f} GiB | {r['peak_bytes'] / base:.2f}x | {rss} | "
+        act = r["peak_bytes"] - r["model_state_bytes"]
+        print(f"| {r['label']} | {r['peak_bytes'] / 2**30:.2f} GiB | {r['peak_bytes'] / base:.3f}x | "
+              f"{act / 2**30:.2f} GiB ({act / base_act:.3f}x) | {r['max_rss_bytes'] / 2**30:.2f} GiB | "
               f"{r['step_ms_median'] / 1e3:.2f} s |")
+    if a.no_pytorch_memory:
+        return
+    print("\n| precision | mixtrain max RSS | PyTorch max RSS | mixtrain / PyTorch |")
+    print("|---|---:|---:|---:|")
+    for p in ("fp32", "bf16"):
+        r = run(pt(p))
+        r.update(label=f"PyTorch {p}", side="PyTorch eager", precision=p)
+        mem.append(r)
+        ours = next(m for m in mem if m["side"] == "mixtrain" and m["label"] == p)
+        print(f"| {p} | {ours['max_rss_bytes'] / 2**30:.2f} GiB | {r['max_rss_bytes'] / 2**30:.2f} GiB | "
+              f"{ours['max_rss_bytes'] / r['max_rss_bytes']:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -69,11 +69,17 @@ Tensor dropout(const Tensor& x_, double p, bool training, Generator* gen) {
   const uint64_t first_block = g.advance(static_cast<uint64_t>((x.numel() + 3) / 4));
   kernels::dropout_fwd(x.device(), x.dtype())(xc, y, mask, p, g.seed(), first_block);
   if (autograd::needs_grad({&xc})) {
+    // Nothing is kept for backward: the mask is a function of (seed, first_block, position), so
+    // backward draws it again (a forward pass over the gradient into scratch) instead of holding a
+    // byte per element from forward to backward; then the same backward kernel as with a kept mask.
     const double scale = 1.0 / (1.0 - p);
-    autograd::record("dropout", {xc}, y, [sm = autograd::SavedTensor(mask), scale](const TensorList& grads) {
+    const uint64_t seed = g.seed();
+    autograd::record("dropout", {xc}, y, [p, scale, seed, first_block](const TensorList& grads) {
       const Tensor gy = grads[0].contiguous();
+      Tensor regenerated = Tensor::empty(gy.shape(), kUInt8, gy.device());
       Tensor gx = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
-      kernels::dropout_bwd(gy.device(), gy.dtype())(gy, sm.unpack("dropout"), gx, scale);
+      kernels::dropout_fwd(gy.device(), gy.dtype())(gy, gx, regenerated, p, seed, first_block);
+      kernels::dropout_bwd(gy.device(), gy.dtype())(gy, regenerated, gx, scale);
       return TensorList{gx};
     });
   }

@@ -3,6 +3,10 @@
 // fp64 for fp64 input), so backward never recomputes statistics. Weight and bias may have another
 // floating dtype than x (an fp32 parameter with a 16-bit activation); their gradients come back in
 // their own dtypes.
+//
+// A 16-bit input that autocast widened to fp32 is saved as the caller's 16-bit tensor and widened
+// again in backward: the widening is exact, so backward reads the same values, and the activation
+// kept for backward costs 2 bytes per element instead of 4.
 #include "kernels/nn.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/nn/functional.h"
@@ -50,11 +54,14 @@ Tensor layer_norm(const Tensor& x_, const Shape& normalized_shape, const Tensor&
     const bool need_w = wc.defined() && wc.requires_grad();
     const bool need_b = bc.defined() && bc.requires_grad();
     const DType b_dtype = bc.defined() ? bc.dtype() : x.dtype();
+    const bool widened = x.dtype() == kFloat32 && (x_.dtype() == kBFloat16 || x_.dtype() == kFloat16);
     autograd::record(
         "layer_norm", {xc, wc, bc}, y,
-        [sx = autograd::SavedTensor(xc), sw = autograd::SavedTensor(wc), sm = autograd::SavedTensor(mean),
-         sr = autograd::SavedTensor(rstd), need_x, need_w, need_b, b_dtype, normalized_shape](const TensorList& g) {
-          const Tensor xv = sx.unpack("layer_norm"), wv = sw.unpack("layer_norm");
+        [sx = autograd::SavedTensor(widened ? x_ : xc), sw = autograd::SavedTensor(wc), sm = autograd::SavedTensor(mean),
+         sr = autograd::SavedTensor(rstd), widened, need_x, need_w, need_b, b_dtype, normalized_shape](const TensorList& g) {
+          const Tensor saved_x = sx.unpack("layer_norm");
+          const Tensor xv = widened ? saved_x.to(kFloat32).contiguous() : saved_x;
+          const Tensor wv = sw.unpack("layer_norm");
           const Tensor gy = g[0].to(xv.dtype()).contiguous();
           Tensor gx = need_x ? Tensor::empty(xv.shape(), xv.dtype(), xv.device()) : Tensor();
           Tensor gw = need_w ? Tensor::empty(normalized_shape, wv.dtype(), xv.device()) : Tensor();

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
+#include <tuple>
 
 #include "mixtrain/mixtrain.h"
 #include "mixtrain/nn/generation.h"
@@ -305,4 +307,44 @@ TEST(GenerationTest, SamplingFollowsTemperatureTopKAndSeed) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   EXPECT_MT_ERROR(nn::sample_token(mt::from_vector(std::vector<float>{1.0f, NAN}), {}, 0), "logit 1 is NaN");
+}
+
+// What backward keeps of one block per token (docs/amp.md#what-backward-keeps), measured as the
+// growth of the live tensor bytes after a forward with autograd over two layer counts and two
+// sequence lengths (the difference of differences leaves one layer's per-token bytes: parameters,
+// autocast's weight copies and the embeddings cancel). Dropout is on: its masks are drawn again in
+// backward, so they are not kept. C = 64, H = 4:
+//   fp32:                     ln_1 in 4C, ln_1 out 4C, qkv 12C, attention out 4C, h 4C, ln_2 out 4C,
+//                             c_fc out 16C (gelu and c_proj fused)                 = 48C
+//   bf16 autocast, fp32 masters: ln_1 in 4C (the fp32 residual stream), its output cast 2C, qkv 6C,
+//                             out 2C, h 4C, ln_2 out cast 2C, c_fc out 8C          = 28C
+//   bf16 parameters:          the same with a bf16 residual stream: ln_1 in 2C, h 2C = 24C
+// plus the two layer norms' mean and rstd (16 bytes) and attention's log-sum-exp per head (4H).
+TEST(Gpt2Test, BackwardKeepsTheListedBytesPerTokenPerLayer) {
+  enum class Mode { kFp32, kBf16, kBf16Params };
+  const int64_t C = 64, H = 4;
+  auto bytes_after_forward = [&](Mode mode, int64_t layers, int64_t T) {
+    mt::Generator g(1);
+    nn::GPT2 m({.vocab_size = 100, .n_positions = 64, .n_embd = C, .n_layer = layers, .n_head = H}, &g);
+    if (mode == Mode::kBf16Params) m.to(mt::kBFloat16);
+    const mt::Tensor tok = tokens(some_tokens(2 * T, 100, 3), 2);
+    const int64_t before = mt::memory::stats().current_bytes;
+    mt::Tensor h;
+    {
+      std::optional<mt::amp::Autocast> ac;
+      if (mode != Mode::kFp32) ac.emplace(mt::DeviceType::kCPU, mt::kBFloat16);
+      h = m.hidden_states(tok);
+    }
+    EXPECT_TRUE(h.requires_grad());
+    return mt::memory::stats().current_bytes - before;
+  };
+  for (auto [mode, per_c, name] : {std::tuple{Mode::kFp32, 48, "fp32"}, std::tuple{Mode::kBf16, 28, "bf16"},
+                                   std::tuple{Mode::kBf16Params, 24, "bf16 parameters"}}) {
+    SCOPED_TRACE(name);
+    const int64_t per_layer_32 = bytes_after_forward(mode, 2, 32) - bytes_after_forward(mode, 1, 32);
+    const int64_t per_layer_64 = bytes_after_forward(mode, 2, 64) - bytes_after_forward(mode, 1, 64);
+    const int64_t tokens_added = 2 * 32;
+    EXPECT_EQ((per_layer_64 - per_layer_32) % tokens_added, 0);
+    EXPECT_EQ((per_layer_64 - per_layer_32) / tokens_added, per_c * C + 16 + 4 * H);
+  }
 }

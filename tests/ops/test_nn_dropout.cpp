@@ -1,12 +1,14 @@
 // dropout (src/ops/nn_embedding.cpp, src/backends/cpu/kernels/nn_dropout.cpp): seeded masks independent of the
 // thread count, keep-rate within a statistical bound, scaling, the p = 0 / p = 1 / eval cases,
-// gradients, 16-bit runs against fp32, and errors.
+// gradients (with the mask drawn again in backward), 16-bit runs against fp32, and errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "mixtrain/memory.h"
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
+#include "support/checked_device.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -74,6 +76,26 @@ TEST(Dropout, BackwardIsMaskTimesScale) {
   Tensor y = dropout_with_seed(x, 0.25, 3);
   y.backward(ones({1000}));
   EXPECT_TRUE(testing::bitwise_equal(x.grad(), y.detach()));  // ones in, so y is the mask times the scale
+}
+
+// Backward draws the mask again: the forward keeps no byte per element for it, and a generator
+// drawn from between forward and backward changes nothing (the draw is fixed at forward).
+TEST(Dropout, KeepsNoMaskForBackward) {
+  const Device dev = mixtrain::testing::test_device();
+  Tensor x = randn32({4096}, 11).requires_grad_();
+  const int64_t before = memory::stats(dev).current_bytes;
+  Tensor y = dropout_with_seed(x, 0.3, 5);
+  EXPECT_EQ(memory::stats(dev).current_bytes - before, 4096 * 4);  // the output alone
+  randn32({64}, 12);  // other draws in between
+  const Tensor gy = randn32({4096}, 13);
+  y.backward(gy);
+  // gx = gy * mask / (1 - p), the mask being where y is non-zero (x has no zeros).
+  const std::vector<float> g = x.grad().to_vector<float>(), yv = y.detach().to_vector<float>(),
+                           gyv = gy.to_vector<float>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float want = yv[i] != 0.0f ? gyv[i] * static_cast<float>(1.0 / 0.7) : 0.0f;
+    ASSERT_EQ(g[i], want) << "element " << i;
+  }
 }
 
 TEST(Dropout, HalfMatchesFp32WithTheSameMask) {

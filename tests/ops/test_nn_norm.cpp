@@ -1,12 +1,16 @@
 // layer_norm (src/ops/nn_norm.cpp, src/backends/cpu/kernels/nn_norm.cpp): values against an fp64 reference,
 // gradients by finite differences with and without the affine parameters, 16-bit runs against fp32,
-// mixed parameter dtypes, thread-count independence of the parameter gradients, and errors.
+// mixed parameter dtypes, the 16-bit input kept for backward under autocast, thread-count independence
+// of the parameter gradients, and errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "mixtrain/amp/autocast.h"
+#include "mixtrain/memory.h"
 #include "mixtrain/nn/functional.h"
 #include "ops/test_nn_helpers.h"
+#include "support/checked_device.h"
 
 namespace mixtrain::testing {
 namespace {
@@ -115,6 +119,35 @@ TEST(LayerNorm, Fp32ParametersWithHalfInput) {
   EXPECT_EQ(b.grad().dtype(), kFloat32);
   const std::vector<float> gb = b.grad().to_vector<float>();
   for (float v : gb) EXPECT_EQ(v, 5.0f);  // dbias = sum of the ones over 5 rows
+}
+
+// Under autocast a 16-bit input is widened to fp32 for the kernel; backward keeps the 16-bit input
+// (half the bytes) and widens it again: every gradient is bit-identical to the explicit widening.
+TEST(LayerNorm, AutocastKeepsTheSixteenBitInputForBackward) {
+  const Device dev = mixtrain::testing::test_device();
+  const int64_t rows = 256, cols = 64;
+  const Tensor x32 = testing::rounded(randn32({rows, cols}, 17), kBFloat16);
+  const Tensor w32 = randn32({cols}, 18), b32 = randn32({cols}, 19), gy = randn32({rows, cols}, 20);
+  auto run = [&](bool under_autocast, int64_t* kept_bytes) {
+    Tensor xb = x32.to(kBFloat16).requires_grad_(), w = w32.clone().requires_grad_(), b = b32.clone().requires_grad_();
+    const int64_t before = memory::stats(dev).current_bytes;
+    Tensor y;
+    if (under_autocast) {
+      amp::Autocast ac(dev.type, kBFloat16);
+      y = F::layer_norm(xb, {cols}, w, b);
+    } else {
+      y = F::layer_norm(xb.to(kFloat32), {cols}, w, b);
+    }
+    if (kept_bytes) *kept_bytes = memory::stats(dev).current_bytes - before;
+    EXPECT_EQ(y.dtype(), kFloat32);
+    y.backward(gy);
+    return std::vector<std::vector<float>>{y.detach().to_vector<float>(), xb.grad().to(kFloat32).to_vector<float>(),
+                                           w.grad().to_vector<float>(), b.grad().to_vector<float>()};
+  };
+  int64_t kept = 0;
+  EXPECT_EQ(run(true, &kept), run(false, nullptr));
+  // The fp32 output and the row statistics, plus the input in bf16 (no fp32 copy of it).
+  EXPECT_LE(kept, rows * cols * 4 + 2 * rows * 4 + rows * cols * 2 + 4096);
 }
 
 TEST(LayerNorm, ParameterGradientsIndependentOfThreadCount) {

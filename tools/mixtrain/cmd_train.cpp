@@ -214,7 +214,8 @@ static int run_train(const RunArgs& in) {
   std::printf("  final loss     %.4f (mean over the last epoch)\n", s.final_loss);
   std::printf("  step time      %.2f ms (median), %.0f samples/s", s.step_ms_median, s.samples_per_sec);
   if (s.gflops) std::printf(", %.1f GFLOP/s", *s.gflops);
-  std::printf("\n  peak memory    %s\n", human_bytes(static_cast<double>(s.peak_bytes)).c_str());
+  std::printf("\n  peak memory    %s%s\n", human_bytes(static_cast<double>(s.peak_bytes)).c_str(),
+              s.fused_lm_head ? " (head and loss fused; --unfused-head: whole logits)" : "");
   if (!s.gradient_reduction.empty())
     std::printf("  gradients      averaged over %d processes by %s\n", s.world_size, s.gradient_reduction.c_str());
   std::printf("  optimizer state %s%s\n", human_bytes(static_cast<double>(s.optimizer_state_bytes)).c_str(),
