@@ -78,6 +78,16 @@ Tensor widened(const Tensor& t, DType dtype) { return !t.defined() || t.dtype() 
 // probabilities of a large vocabulary above its subnormals. 1 for fp32 and fp64 (no rounding).
 double dlogits_prescale(DType precision) { return precision == kFloat16 || precision == kBFloat16 ? 16384.0 : 1.0; }
 
+// t (fp32, contiguous) = t rounded through `precision` in place: the one-pass kernel where the
+// device has it, else a 16-bit copy and back.
+void round_through_in_place(const Tensor& t, DType precision) {
+  if (kernels::round_through_table.has(t.device().type, precision)) {
+    kernels::round_through_table(t.device(), precision)(t, t);
+  } else {
+    Tensor(t).copy_(t.to(precision));
+  }
+}
+
 }  // namespace
 
 int64_t linear_cross_entropy_block_rows(int64_t vocab_size) {
@@ -156,7 +166,7 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& w_in, const Tensor
       kernels::class_loss_fwd(device, op_dt)(logits, tb, losses.narrow(0, r0, rows), lse, p, valid_rows);
       if (!need_grad) continue;
       kernels::class_loss_bwd(device, op_dt)(logits, tb, lse, gy, dlogits, grad_p, valid_rows);
-      if (dt == kBFloat16 || dt == kFloat16) kernels::round_through_table(device, dt)(dlogits, dlogits);
+      if (dt == kBFloat16 || dt == kFloat16) round_through_in_place(dlogits, dt);
       if (need_x) product(dlogits, wo, Tensor(), dx.narrow(0, r0, rows));
       if (need_w) {
         if (r0 == 0) {
@@ -212,7 +222,7 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& w_in, const Tensor
         // in `to` (t itself where it has that dtype).
         auto finish = [&](Tensor& t, DType to) {
           kernels::binary_kernel(kernels::BinaryOp::kMul)(t.device(), op_dt)(t, t, views::expand(s, t.shape()), {});
-          if (to == kFloat32 && (dt == kBFloat16 || dt == kFloat16)) kernels::round_through_table(t.device(), dt)(t, t);
+          if (to == kFloat32 && (dt == kBFloat16 || dt == kFloat16)) round_through_in_place(t, dt);
           Tensor out = widened(t, to);
           t = Tensor();
           return out;

@@ -1,5 +1,9 @@
 // mixtrain bench: training-step throughput of a named model on synthetic data.
+#include <unistd.h>
+
 #include <cstdio>
+#include <iterator>
+#include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +22,7 @@ struct BenchArgs {
   RunArgs run;
   int64_t warmup = 5;
   bool json = false;
+  double max_batch_gib = 0;  // --max-batch GIB (0: time steps at --batch-size)
 };
 
 // Synthetic data: random images or random tokens, exactly enough for one pass.
@@ -46,6 +51,11 @@ CLI::App* add_bench_flags(CLI::App& app, BenchArgs& args) {
                   "gpt only: embedding width C, a multiple of the 4 heads (default 256), for scaling studies")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 16));
   cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
+  cmd->add_option("--max-batch", args.max_batch_gib,
+                  "Instead of timing: find the largest batch whose training peak (tensor bytes, as peak_bytes) "
+                  "stays within GIB gibibytes, measuring two real steps (one warm-up, one timed) per candidate "
+                  "batch; --batch-size, --steps and --warmup are not used")
+      ->check(CLI::Range(1.0 / 1024, 1048576.0));
   return cmd;
 }
 
@@ -53,18 +63,24 @@ CLI::App* add_bench_flags(CLI::App& app, BenchArgs& args) {
 void check_bench(const BenchArgs& b) {
   if (!b.run.tokenizer.empty())
     throw UsageError("--tokenizer: bench times steps on random tokens, it reads no text");
+  if (b.max_batch_gib > 0 && dist::launched_by_mpi())
+    throw UsageError("--max-batch searches in one process: run it without mpirun (the batch is per process)");
   check_combination(b.run, bench_data(b), train::parse_precision(b.run.precision));
 }
 
-int run_bench(const BenchArgs& b) {
+// One bench run (the flags' batch, warm-up and timed steps): the trainer's summary, and the
+// allocator's and host waits' counts over the timed steps.
+struct Measured {
+  train::TrainSummary summary;
+  double allocations_per_step = 0;
+  double system_allocations_per_step = 0;
+  nlohmann::json syncs;
+};
+
+Measured measure(const BenchArgs& b, const ModelInfo& info, Device device) {
   RunArgs a = b.run;
   const train::Precision precision = train::parse_precision(a.precision);
-  const DataSpec spec = bench_data(b);
-  check_bench(b);
-  const int threads = apply_threads(a.threads);
-  const Device device = parse_device(a.device);
-  const ModelInfo info = run_model_info(a);
-  LoadedData data = load_data(spec, a, info, /*codec=*/nullptr);
+  LoadedData data = load_data(bench_data(b), a, info, /*codec=*/nullptr);
 
   std::shared_ptr<nn::Module> model = make_run_model(a);
   if (a.checkpoint_activations) nn::set_activation_checkpointing(*model, true);
@@ -95,19 +111,119 @@ int run_bench(const BenchArgs& b) {
     }
   };
   train::Trainer trainer(*model, train::adamw(a.lr, a.weight_decay), *data.train, /*eval_data=*/nullptr, o);
-  const train::TrainSummary s = trainer.fit();
+  Measured m;
+  m.summary = trainer.fit();
   const double steps = static_cast<double>(a.trainer.max_steps);
-  const double allocations_per_step = static_cast<double>(at_end.allocations - at_timing_start.allocations) / steps;
-  const double system_allocations_per_step =
+  m.allocations_per_step = static_cast<double>(at_end.allocations - at_timing_start.allocations) / steps;
+  m.system_allocations_per_step =
       static_cast<double>(at_end.system_allocations - at_timing_start.system_allocations) / steps;
   auto per_step = [&](int64_t SyncCounts::*field) {
     return static_cast<double>(syncs_at_end.*field - syncs_at_start.*field) / steps;
   };
-  const nlohmann::json syncs = {{"to_host", per_step(&SyncCounts::to_host)},
-                                {"from_host", per_step(&SyncCounts::from_host)},
-                                {"synchronize", per_step(&SyncCounts::synchronize)},
-                                {"kernel_results", per_step(&SyncCounts::kernel_results)},
-                                {"total", static_cast<double>(syncs_at_end.total() - syncs_at_start.total()) / steps}};
+  m.syncs = {{"to_host", per_step(&SyncCounts::to_host)},
+             {"from_host", per_step(&SyncCounts::from_host)},
+             {"synchronize", per_step(&SyncCounts::synchronize)},
+             {"kernel_results", per_step(&SyncCounts::kernel_results)},
+             {"total", static_cast<double>(syncs_at_end.total() - syncs_at_start.total()) / steps}};
+  return m;
+}
+
+// --max-batch GIB: the largest batch whose training peak (tensor bytes, the second step's: the
+// optimizer state exists by then) stays within the budget, each candidate measured by real steps.
+// The peak grows by the same bytes per example, so after two measurements the next candidate is
+// the line through them; doubling and bisection bound it and confirm the answer (a fitting batch
+// and the next one measured over the budget).
+int run_max_batch(const BenchArgs& b, const ModelInfo& info, Device device) {
+  const int64_t budget = static_cast<int64_t>(b.max_batch_gib * static_cast<double>(int64_t{1} << 30));
+  if (device.is_cpu()) {
+    // The candidates really run: a budget near the machine's memory would have the system kill the
+    // search (the process holds more than its tensors: code, the allocator's cache, the data).
+    const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    if (physical > 0 && static_cast<double>(budget) > 0.9 * physical) {
+      throw UsageError(detail::concat("--max-batch ", b.max_batch_gib, " GiB is more than 90% of this machine's ",
+                                      human_bytes(physical), " of memory: the batches near the budget would not fit in it"));
+    }
+  }
+  BenchArgs probe_args = b;
+  probe_args.warmup = 1;
+  probe_args.run.trainer.max_steps = 1;
+  nlohmann::json probes = nlohmann::json::array();
+  std::map<int64_t, int64_t> peak;  // batch -> measured peak bytes
+  auto probe = [&](int64_t batch) {
+    probe_args.run.trainer.batch_size = batch;
+    const int64_t bytes = measure(probe_args, info, device).summary.peak_bytes;
+    peak[batch] = bytes;
+    probes.push_back({{"batch_size", batch}, {"peak_bytes", bytes}, {"fits", bytes <= budget}});
+    if (!b.json) {
+      std::printf("  batch %-6lld peak %s: %s\n", static_cast<long long>(batch), human_bytes(static_cast<double>(bytes)).c_str(),
+                  bytes <= budget ? "fits" : "over the budget");
+      std::fflush(stdout);
+    }
+    return bytes <= budget;
+  };
+  if (!b.json) {
+    std::printf("bench --max-batch: %s, %s, the largest batch whose training peak fits in %s (2 steps per batch)\n",
+                b.run.model.c_str(), b.run.precision.c_str(), human_bytes(static_cast<double>(budget)).c_str());
+  }
+  constexpr int64_t kLimit = int64_t{1} << 24;
+  int64_t lo = 0, hi = 0;  // the largest batch measured to fit (0: none), the smallest measured not to (0: none)
+  for (int64_t next = 1;;) {
+    (probe(next) ? lo : hi) = next;
+    if (lo == 0 || (hi != 0 && hi == lo + 1)) break;  // batch 1 does not fit, or the answer is bracketed
+    MT_CHECK(lo < kLimit, "bench --max-batch: batch ", lo, " still fits in ", b.max_batch_gib,
+             " GiB; the search stops there");
+    next = hi == 0 ? 2 * lo : lo + (hi - lo) / 2;  // doubling, then bisection
+    if (peak.size() >= 2) {
+      // The line through the two largest measured batches: the last batch it says fits, kept inside
+      // the bracket (so that a prediction that is right is confirmed by measuring the next batch).
+      const auto last = std::prev(peak.end()), before = std::prev(last);
+      const double per_example =
+          static_cast<double>(last->second - before->second) / static_cast<double>(last->first - before->first);
+      if (per_example > 0) {
+        const double predicted =
+            static_cast<double>(before->first) + static_cast<double>(budget - before->second) / per_example;
+        next = std::max(lo + 1, static_cast<int64_t>(std::min(predicted, static_cast<double>(kLimit))));
+        if (hi != 0) next = std::min(next, hi - 1);
+      }
+    }
+  }
+  if (lo == 0) {
+    throw UsageError(detail::concat("--max-batch ", b.max_batch_gib, ": batch 1 already needs ",
+                                    human_bytes(static_cast<double>(peak[1])), " of tensor memory"));
+  }
+  if (b.json) {
+    std::printf("%s\n", nlohmann::json({{"model", b.run.model},
+                                         {"precision", b.run.precision},
+                                         {"master_weights", b.run.master_weights},
+                                         {"checkpoint_activations", b.run.checkpoint_activations},
+                                         {"budget_bytes", budget},
+                                         {"max_batch_size", lo},
+                                         {"peak_bytes", peak[lo]},
+                                         {"next_peak_bytes", peak[hi]},
+                                         {"probes", probes}})
+                             .dump()
+                             .c_str());
+  } else {
+    std::printf("largest batch: %lld (peak %s, %lld bytes of the budget's %lld); batch %lld needs %lld bytes\n",
+                static_cast<long long>(lo), human_bytes(static_cast<double>(peak[lo])).c_str(),
+                static_cast<long long>(peak[lo]), static_cast<long long>(budget), static_cast<long long>(hi),
+                static_cast<long long>(peak[hi]));
+  }
+  return 0;
+}
+
+int run_bench(const BenchArgs& b) {
+  const RunArgs& a = b.run;
+  check_bench(b);
+  const int threads = apply_threads(a.threads);
+  const Device device = parse_device(a.device);
+  const ModelInfo info = run_model_info(a);
+  if (b.max_batch_gib > 0) return run_max_batch(b, info, device);
+  const Measured m = measure(b, info, device);
+  const train::TrainSummary& s = m.summary;
+  const double allocations_per_step = m.allocations_per_step;
+  const double system_allocations_per_step = m.system_allocations_per_step;
+  const nlohmann::json& syncs = m.syncs;
 
   if (b.json) {
     std::ostringstream device_name;
