@@ -82,27 +82,24 @@ std::vector<Case> cases() {
   return all;
 }
 
-TEST(LinearCrossEntropy, EqualsTheUnfusedOpsInFp64) {
+// Every case of cases() in `dtype`, fused against unfused, for a loss gradient g.
+void expect_every_case_matches(DType dtype, uint64_t seed, double g, const Tolerance& tol, const Tolerance& grad_tol) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(::testing::Message() << "bias " << c.bias << " smoothing " << c.label_smoothing << " sum "
                                     << (c.reduction == Reduction::kSum) << " block " << c.block_rows);
-    const Tensor x = randn32({c.rows, c.C}, 1), w = randn32({c.V, c.C}, 2, 0.3), b = randn32({c.V}, 3);
-    const Tensor y = targets(c.rows, c.V, 4);
-    expect_same(run(true, c, kFloat64, x, w, b, y, 0.75), run(false, c, kFloat64, x, w, b, y, 0.75), kFp64VsReference,
-                kFp64VsReference);
+    const Tensor x = randn32({c.rows, c.C}, seed), w = randn32({c.V, c.C}, seed + 1, 0.3), b = randn32({c.V}, seed + 2);
+    const Tensor y = targets(c.rows, c.V, seed + 3);
+    expect_same(run(true, c, dtype, x, w, b, y, g), run(false, c, dtype, x, w, b, y, g), tol, grad_tol);
   }
 }
 
+TEST(LinearCrossEntropy, EqualsTheUnfusedOpsInFp64) {
+  expect_every_case_matches(kFloat64, 1, 0.75, kFp64VsReference, kFp64VsReference);
+}
+
 TEST(LinearCrossEntropy, EqualsTheUnfusedOpsInFp32) {
-  for (const Case& c : cases()) {
-    SCOPED_TRACE(::testing::Message() << "bias " << c.bias << " smoothing " << c.label_smoothing << " sum "
-                                    << (c.reduction == Reduction::kSum) << " block " << c.block_rows);
-    const Tensor x = randn32({c.rows, c.C}, 5), w = randn32({c.V, c.C}, 6, 0.3), b = randn32({c.V}, 7);
-    const Tensor y = targets(c.rows, c.V, 8);
-    // Only the order of the fp32 sums differs (the weight gradient sums the blocks' products).
-    expect_same(run(true, c, kFloat32, x, w, b, y), run(false, c, kFloat32, x, w, b, y), kFp32VsReference,
-                kFp32SumVsReference);
-  }
+  // Only the order of the fp32 sums differs (the weight gradient sums the blocks' products).
+  expect_every_case_matches(kFloat32, 5, 1.0, kFp32VsReference, kFp32SumVsReference);
 }
 
 TEST(LinearCrossEntropy, BatchedHiddenStatesAndInt32Targets) {
