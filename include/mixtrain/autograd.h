@@ -85,8 +85,8 @@ class Node : public std::enable_shared_from_this<Node> {
   uint32_t num_outputs = 1;
   uint64_t sequence_nr = 0;  // creation order; later nodes run first among ready ones
   bool released = false;
-  // The module scope the forward op ran in (current_scope() at record time), kept only while op
-  // observers are registered; "" otherwise.
+  // The module scope the forward op ran in (current_scope() at record time), kept only while
+  // module_scopes_enabled(); "" otherwise.
   std::string scope;
 };
 
@@ -140,6 +140,7 @@ class ForwardInBackwardScope {
  private:
   int depth_;
   bool grad_mode_;
+  memory::CategoryScope activations_{memory::Category::kActivations};  // what it recomputes is kept for backward
 };
 
 // ---- Observing ops: what the numerics monitor and the non-finite origin finder see.
@@ -162,7 +163,18 @@ void remove_op_observer(uint64_t id);
 bool has_op_observers();
 
 // Module scopes, a thread-local stack of names: nn::Module::operator() pushes the module's scope
-// name (its path in the model, set by nn::Module::set_scope_names) while observers are registered.
+// name (its path in the model, set by nn::Module::set_scope_names) while module_scopes_enabled():
+// while op observers are registered or a ModuleScopes lives (the Trainer holds one, so that the
+// memory breakdown names the module at the peak). Nodes then keep their forward's scope.
+class ModuleScopes {
+ public:
+  ModuleScopes();
+  ~ModuleScopes();
+  ModuleScopes(const ModuleScopes&) = delete;
+  ModuleScopes& operator=(const ModuleScopes&) = delete;
+};
+bool module_scopes_enabled();
+
 class ScopeGuard {
  public:
   explicit ScopeGuard(const std::string* name);  // nullptr: no scope pushed

@@ -18,6 +18,7 @@
 #include "mixtrain/device.h"
 #include "mixtrain/dtype.h"
 #include "mixtrain/error.h"
+#include "mixtrain/memory.h"
 #include "mixtrain/shape.h"
 
 namespace mixtrain {
@@ -39,11 +40,15 @@ class Storage {
   Device device() const { return device_; }
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  // What its bytes count as in the memory breakdown (memory.h): set at allocation, changed here.
+  memory::Category category() const { return tag_.category; }
+  void set_category(memory::Category category);
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  memory::Tag tag_;
   std::atomic<uint64_t> version_{0};
 };
 

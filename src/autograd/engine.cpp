@@ -70,6 +70,17 @@ void remove_op_observer(uint64_t id) {
   observer_count.store(static_cast<int>(observers().size()), std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<int> module_scope_requests{0};
+}  // namespace
+
+ModuleScopes::ModuleScopes() { module_scope_requests.fetch_add(1, std::memory_order_relaxed); }
+ModuleScopes::~ModuleScopes() { module_scope_requests.fetch_sub(1, std::memory_order_relaxed); }
+
+bool module_scopes_enabled() {
+  return has_op_observers() || module_scope_requests.load(std::memory_order_relaxed) > 0;
+}
+
 bool has_op_observers() { return observer_count.load(std::memory_order_relaxed) > 0; }
 
 ScopeGuard::ScopeGuard(const std::string* name) : pushed_(name != nullptr) {
@@ -157,6 +168,7 @@ class AccumulateGrad : public Node {
         Tensor owned = g.dtype() == leaf.dtype() ? kernels::clone(g) : kernels::converted(g, leaf.dtype());
         leaf.set_grad(kernels::contiguous(owned));
       }
+      memory::set_category(leaf.grad(), memory::Category::kGradients);
     } else {
       add_into(existing, g);
     }
@@ -224,6 +236,9 @@ TensorList execute(const TensorList& roots, const TensorList& grad_roots, bool r
   // Backward formulas run in the dtypes the forward chose, even when backward() is called inside an
   // autocast region (see Note [Writing an op]): autocast is off while in_backward() is true.
   BackwardScope in_backward;
+  // What the nodes return are gradients with respect to activations (AccumulateGrad relabels the
+  // parameters' .grad).
+  memory::CategoryScope gradients_in_flight(memory::Category::kActivationGradients);
   std::unordered_map<Node*, NodeState> state;
   std::vector<Node*> stack;
   std::vector<Edge> root_edges;
@@ -272,11 +287,13 @@ TensorList execute(const TensorList& roots, const TensorList& grad_roots, bool r
     const bool observed = !is_accumulator && has_op_observers();
     TensorList incoming;
     if (observed) incoming = s.buffer;  // handles only: the observers see what arrived
-    TensorList grads = node->apply(std::move(s.buffer));
-    if (observed) {
-      const std::string name = node->name();
-      notify({name.c_str(), true, node->scope, incoming, grads});
+    const std::string name = node->name();
+    TensorList grads;
+    {
+      const memory::OpScope op(name, &node->scope);  // the node's scratch: its temporaries
+      grads = node->apply(std::move(s.buffer));
     }
+    if (observed) notify({name.c_str(), true, node->scope, incoming, grads});
     s.buffer.clear();
     if (!retain_graph) node->release_saved();
     MT_INTERNAL_ASSERT(is_accumulator || grads.size() == node->next_edges.size(), "node ", node->name(), " returned ",
@@ -334,10 +351,8 @@ std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const T
     meta.grad_fn = node;
     meta.output_nr = static_cast<uint32_t>(i);
   }
-  if (has_op_observers()) {
-    node->scope = current_scope();
-    notify({name, false, node->scope, inputs, outputs});
-  }
+  if (module_scopes_enabled()) node->scope = current_scope();
+  if (has_op_observers()) notify({name, false, node->scope, inputs, outputs});
   return node;
 }
 

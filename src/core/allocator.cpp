@@ -8,6 +8,7 @@
 
 #include "core/backend.h"
 #include "core/backend_descriptor.h"
+#include "core/memory_ledger.h"
 #include "mixtrain/error.h"
 #include "mixtrain/memory.h"
 
@@ -159,10 +160,22 @@ Backend& memory_of(Device d) {
   return b;
 }
 }  // namespace
-void* allocate(size_t nbytes, Device device) { return memory_of(device).allocate(nbytes, Stream{device}); }
-void deallocate(void* ptr, size_t nbytes, Device device) { backend_for(device).deallocate(ptr, nbytes, Stream{device}); }
+void* allocate(size_t nbytes, Device device, Tag& tag) {
+  Backend& b = memory_of(device);
+  void* p = b.allocate(nbytes, Stream{device});
+  detail::count_allocation(nbytes, device, tag, b);
+  return p;
+}
+void deallocate(void* ptr, size_t nbytes, Device device, const Tag& tag) {
+  backend_for(device).deallocate(ptr, nbytes, Stream{device});
+  detail::count_free(nbytes, device, tag);
+}
 Stats stats(Device device) { return memory_of(device).stats(device); }
-void reset_peak(Device device) { memory_of(device).reset_peak(device); }
+void reset_peak(Device device) {
+  Backend& b = memory_of(device);
+  b.reset_peak(device);
+  detail::reset_ledger_peak(device, b);
+}
 void empty_cache(Device device) { memory_of(device).empty_cache(device); }
 }  // namespace memory
 

@@ -8,10 +8,16 @@
 namespace mixtrain {
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  data_ = memory::allocate(nbytes, device);
+  data_ = memory::allocate(nbytes, device, tag_);
 }
 
-Storage::~Storage() { memory::deallocate(data_, nbytes_, device_); }
+Storage::~Storage() { memory::deallocate(data_, nbytes_, device_, tag_); }
+
+void Storage::set_category(memory::Category category) { memory::set_category(tag_, nbytes_, device_, category); }
+
+void memory::set_category(const Tensor& t, Category category) {
+  if (t.defined()) t.storage()->set_category(category);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   // Strides multiply every dim (zero dims count as one), and the byte size multiplies the element

@@ -93,7 +93,7 @@ Tensor GPT2Block::mlp_branch(const Tensor& x) {
   const Tensor u = (*c_fc_)((*ln_2_)(x));
   if (!amp::is_fp8_enabled() || !mlp_c_proj_->fp8()) {
     // The fused GELU + c_proj belongs to c_proj's scope (for op observers).
-    autograd::ScopeGuard scope(autograd::has_op_observers() ? &mlp_c_proj_->scope_name() : nullptr);
+    autograd::ScopeGuard scope(autograd::module_scopes_enabled() ? &mlp_c_proj_->scope_name() : nullptr);
     return (*mlp_drop_)(functional::gelu_linear(u, mlp_c_proj_->weight(), mlp_c_proj_->bias(), GeluApproximation::kTanh));
   }
   return (*mlp_drop_)((*mlp_c_proj_)(gelu(u, GeluApproximation::kTanh)));

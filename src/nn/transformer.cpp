@@ -81,7 +81,7 @@ Tensor TransformerBlock::mlp_branch(const Tensor& h) {
     if (fc1 && fc2 && act && act->approximate() == GeluApproximation::kNone) {
       const Tensor a = (*fc1)(u);
       // The fused GELU + second Linear belongs to the MLP's scope (for op observers).
-      autograd::ScopeGuard scope(autograd::has_op_observers() ? &mlp_->scope_name() : nullptr);
+      autograd::ScopeGuard scope(autograd::module_scopes_enabled() ? &mlp_->scope_name() : nullptr);
       return h + functional::gelu_linear(a, fc2->weight(), fc2->bias());
     }
   }

@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "mixtrain/autograd.h"
+
 namespace mixtrain::ops {
 namespace {
 std::atomic<const AutocastHandlers*> installed{nullptr};
@@ -25,18 +27,30 @@ AutocastRegionGuard::AutocastRegionGuard(bool suspended) : suspended_(suspended)
   if (suspended_) ++suspension_depth;
 }
 
+AutocastRegionGuard::AutocastRegionGuard(OpId op) : op_scope_(to_string(op), &autograd::current_scope()) {}
+
+void AutocastRegionGuard::suspend() {
+  if (!suspended_) ++suspension_depth;
+  suspended_ = true;
+}
+
 AutocastRegionGuard::~AutocastRegionGuard() {
   if (suspended_) --suspension_depth;
 }
 
+// The op's memory scope opens before the casts: the 16-bit copies are the op's until it returns.
 AutocastRegionGuard autocast_slow(OpId op, std::span<Tensor* const> inputs) {
+  AutocastRegionGuard guard(op);
   handlers().cast_inputs(op, inputs);
-  return AutocastRegionGuard(true);
+  guard.suspend();
+  return guard;
 }
 
 AutocastRegionGuard autocast_linear_slow(OpId op, Tensor& x, Tensor& w, Tensor& b, bool& params_rounded) {
+  AutocastRegionGuard guard(op);
   handlers().cast_linear(op, x, w, b, params_rounded);
-  return AutocastRegionGuard(true);
+  guard.suspend();
+  return guard;
 }
 
 }  // namespace mixtrain::ops

@@ -2,6 +2,10 @@
 //
 //   auto region = ops::autocast(OpId::kLinear, {&x, &w, &b});
 //
+// The returned guard is also the op's memory scope (memory::OpScope, named by the OpId, in the
+// module that runs it): what the op allocates while it runs, the casts included, counts as its
+// temporaries in the memory breakdown until it returns.
+//
 // Inside an enabled autocast region it casts the eligible inputs (floating, not fp64, defined) in
 // place of the caller's local handles as the op's policy says (lower precision / fp32 / promote /
 // run in input dtypes), records the decision for explain mode, and suspends autocast until the
@@ -18,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "mixtrain/memory.h"
 #include "mixtrain/op_id.h"
 #include "mixtrain/tensor.h"
 
@@ -44,13 +49,19 @@ class AutocastRegionGuard {
  public:
   AutocastRegionGuard() = default;
   explicit AutocastRegionGuard(bool suspended);
+  // Opens `op`'s memory scope, not suspended yet (suspend() after the casts).
+  explicit AutocastRegionGuard(OpId op);
   ~AutocastRegionGuard();
-  AutocastRegionGuard(AutocastRegionGuard&& o) noexcept : suspended_(o.suspended_) { o.suspended_ = false; }
+  AutocastRegionGuard(AutocastRegionGuard&& o) noexcept : op_scope_(std::move(o.op_scope_)), suspended_(o.suspended_) {
+    o.suspended_ = false;
+  }
   AutocastRegionGuard(const AutocastRegionGuard&) = delete;
   AutocastRegionGuard& operator=(const AutocastRegionGuard&) = delete;
   AutocastRegionGuard& operator=(AutocastRegionGuard&&) = delete;
+  void suspend();
 
  private:
+  memory::OpScope op_scope_;
   bool suspended_ = false;
 };
 
@@ -62,7 +73,7 @@ bool autocast_active();
 AutocastRegionGuard autocast_slow(OpId op, std::span<Tensor* const> inputs);
 
 inline AutocastRegionGuard autocast(OpId op, std::initializer_list<Tensor*> inputs) {
-  if (!autocast_active()) return AutocastRegionGuard();
+  if (!autocast_active()) return AutocastRegionGuard(op);
   return autocast_slow(op, std::span<Tensor* const>(inputs.begin(), inputs.size()));
 }
 
@@ -76,13 +87,13 @@ AutocastRegionGuard autocast_linear_slow(OpId op, Tensor& x, Tensor& w, Tensor& 
 
 inline AutocastRegionGuard autocast_linear(OpId op, Tensor& x, Tensor& w, Tensor& b, bool& params_rounded) {
   params_rounded = false;
-  if (!autocast_active()) return AutocastRegionGuard();
+  if (!autocast_active()) return AutocastRegionGuard(op);
   return autocast_linear_slow(op, x, w, b, params_rounded);
 }
 
 // For ops taking a runtime-length list (cat, stack): casts the elements of `inputs` in place.
 inline AutocastRegionGuard autocast(OpId op, std::vector<Tensor>& inputs) {
-  if (!autocast_active()) return AutocastRegionGuard();
+  if (!autocast_active()) return AutocastRegionGuard(op);
   std::vector<Tensor*> ptrs;
   ptrs.reserve(inputs.size());
   for (Tensor& t : inputs) ptrs.push_back(&t);

@@ -8,6 +8,7 @@
 #include "kernels/optim.h"
 #include "mixtrain/autograd.h"
 #include "mixtrain/factory.h"
+#include "mixtrain/memory.h"
 
 namespace mixtrain::optim {
 namespace {
@@ -313,13 +314,28 @@ void Optimizer::check_complete(const ParamState& src, size_t i) const {
            "hyperparameters does not keep", src.step == 0 ? " before its first step" : "");
 }
 
+namespace {
+// What counts with the weights (masters, a packed master's lower half, a Kahan compensation) rather
+// than as moments.
+bool is_master_key(const std::string& key) { return key == "master" || key == "master_low" || key == "kahan_comp"; }
+}  // namespace
+
 StateBytes Optimizer::state_bytes() const {
   StateBytes b;
   for (const ParamState& s : state_)
     for (const auto& [key, t] : s.named_tensors())
-      (key == "master" || key == "master_low" || key == "kahan_comp" ? b.masters : b.moments) +=
-          static_cast<int64_t>(t.nbytes());
+      (is_master_key(key) ? b.masters : b.moments) += static_cast<int64_t>(t.nbytes());
   return b;
+}
+
+void Optimizer::label_memory() const {
+  for (const Tensor& p : parameters()) {
+    memory::set_category(p, memory::Category::kParameters);
+    memory::set_category(p.grad(), memory::Category::kGradients);
+  }
+  for (const ParamState& s : state_)
+    for (const auto& [key, t] : s.named_tensors())
+      memory::set_category(t, is_master_key(key) ? memory::Category::kMasterWeights : memory::Category::kOptimizerState);
 }
 
 ModelStateBytes Optimizer::model_state_bytes() const {

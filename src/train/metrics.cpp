@@ -17,6 +17,21 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// summary.json's peak_breakdown: bytes by category (memory::to_string's keys), the running ops'
+// temporaries, the allocator's cache, and the op, module and phase at the peak.
+json breakdown_json(const memory::Breakdown& b) {
+  json j = json::object();
+  j["total_bytes"] = b.total_bytes;
+  for (int c = 0; c < memory::kNumCategories; ++c)
+    j[std::string(memory::to_string(static_cast<memory::Category>(c)))] = b.bytes[static_cast<size_t>(c)];
+  j["op_temporaries"] = b.op_temporary_bytes;
+  j["allocator_cache"] = b.cached_bytes;
+  j["op"] = b.op;
+  j["module"] = b.module;
+  j["phase"] = std::string(memory::phase_name(b.phase));
+  return j;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   const size_t mid = v.size() / 2;
@@ -108,6 +123,7 @@ std::string TrainSummary::to_json(int indent) const {
             {"samples_per_sec", samples_per_sec},
             {"gflops", opt(gflops)},
             {"peak_bytes", peak_bytes},
+            {"peak_breakdown", breakdown_json(peak_breakdown)},
             {"skipped_steps", skipped_steps},
             {"final_scale", final_scale},
             {"threads", threads},
@@ -190,6 +206,9 @@ TrainSummary Trainer::make_summary(const RunState& run) const {
   if (options_.flops_per_sample > 0)
     s.gflops = static_cast<double>(options_.flops_per_sample) * s.samples_per_sec / 1e9;
   s.peak_bytes = std::max<int64_t>(0, run.peak - run.other_bytes);
+  s.peak_breakdown = run.peak_breakdown;
+  s.peak_breakdown.total_bytes = s.peak_bytes;
+  s.peak_breakdown.bytes[static_cast<size_t>(memory::Category::kOther)] -= run.other_bytes;
   s.skipped_steps = skipped_steps_;
   s.final_scale = scaler_.get_scale();
   s.threads = get_num_threads();

@@ -40,7 +40,13 @@ struct Trainer::RunState {
     return std::max<int64_t>(0, peak - other_bytes);
   }
 
-  void note_peak() { peak = std::max(peak, memory::stats(device).peak_bytes); }
+  // The breakdown of the highest peak: the allocator's at each new one.
+  void note_peak() {
+    const int64_t now = memory::stats(device).peak_bytes;
+    if (now > peak || peak_breakdown.total_bytes == 0) peak_breakdown = memory::peak_breakdown(device);
+    peak = std::max(peak, now);
+  }
+  memory::Breakdown peak_breakdown;
 };
 
 namespace detail {

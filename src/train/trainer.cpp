@@ -212,15 +212,22 @@ Tensor Trainer::forward_loss(const data::Batch& batch, Device device) {
   {
     // Forward and loss only: backward must run outside the region, in the dtypes the forward chose.
     const std::optional<DType> dtype = autocast_dtype(options_.precision.precision);
+    const memory::CategoryScope activations(memory::Category::kActivations);
     amp::Autocast autocast(device.type, dtype, dtype.has_value());
     amp::Fp8Autocast fp8(fp8_region());
     const Tensor input = batch.input.to(device), target = batch.target.to(device);
+    // The loss runs outside the model's modules: its ops (and the fused head's) are named "loss".
+    static const std::string loss_scope = "loss";
     if (nn::LinearHeadLanguageModel* lm = fused_head_model()) {
       const nn::LinearHead head = lm->output_head();
-      loss = nn::functional::linear_cross_entropy(lm->hidden_states(input), head.weight, head.bias, target,
+      const Tensor hidden = lm->hidden_states(input);
+      const autograd::ScopeGuard scope(autograd::module_scopes_enabled() ? &loss_scope : nullptr);
+      loss = nn::functional::linear_cross_entropy(hidden, head.weight, head.bias, target,
                                                   {.block_rows = options_.fused_lm_head_block_rows});
     } else {
-      loss = options_.loss_fn(model_->forward(input), target);
+      const Tensor output = model_->forward(input);
+      const autograd::ScopeGuard scope(autograd::module_scopes_enabled() ? &loss_scope : nullptr);
+      loss = options_.loss_fn(output, target);
     }
   }
   MT_CHECK(loss.defined() && loss.numel() == 1, "Trainer: the loss must be one value, got ",
@@ -275,6 +282,9 @@ StepInfo Trainer::train_step(data::DataLoader::Iterator& batch, int64_t micro_ba
   const int64_t world = world_size();
   info.samples *= world;  // every rank's batch has the same size (the loader pads shards)
   info.targets *= world;
+  // What the step allocates is optimizer state: the moments its first call creates (and its few
+  // short-lived buffers; no op scope, or the moments would be its temporaries while they are made).
+  const memory::CategoryScope optimizer_state(memory::Category::kOptimizerState);
   bool stepped = true;
   if (scaler_.is_enabled()) {
     if (numerics_) numerics_->record_parameters(), numerics_->end_step();
@@ -375,6 +385,10 @@ TrainSummary Trainer::fit() {
   // that already exist; everything else held now (datasets, the caller's tensors) is excluded.
   const int64_t training_state = detail::training_state_bytes(*model_, *optimizer_);
   run.other_bytes = memory::stats(run.device).current_bytes - training_state;
+  // The breakdown names the module at the peak and sorts the model state from the rest.
+  const autograd::ModuleScopes module_scopes;
+  model_->set_scope_names();
+  optimizer_->label_memory();
   memory::reset_peak(run.device);
   run.start = run.epoch_start = Clock::now();
   model_->train();
@@ -391,6 +405,7 @@ TrainSummary Trainer::fit() {
       double data_wait_ms = 0;
       StepInfo info = train_step(it, micro_batches, data_wait_ms);
       info.step_ms = ms_since(t0) - data_wait_ms;
+      optimizer_->label_memory();  // the first step made the optimizer state
       ++step_;
       ++batch_;
       ++run.steps;

@@ -78,9 +78,10 @@ TEST(Memory, StorageIs64ByteAligned) {
     }
   }
   EXPECT_EQ(mt::memory::kAlignment, 64u);
-  void* p = mt::memory::allocate(0, mt::Device{});  // zero bytes is allowed
+  mt::memory::Tag tag;
+  void* p = mt::memory::allocate(0, mt::Device{}, tag);  // zero bytes is allowed
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
-  mt::memory::deallocate(p, 0, mt::Device{});
+  mt::memory::deallocate(p, 0, mt::Device{}, tag);
 }
 
 TEST(Memory, ViewsDoNotAllocate) {
@@ -153,7 +154,8 @@ TEST(Memory, UnavailableDeviceIsAnError) {
   // An index past the last GPU (any index where there is none, or no CUDA in this build).
   const mt::Device absent(mt::kCUDA, static_cast<int16_t>(mt::device_count(mt::kCUDA)));
   EXPECT_THROW(mt::memory::stats(absent), mt::Error);
-  EXPECT_MT_ERROR(mt::memory::allocate(16, absent), "cuda");
+  mt::memory::Tag tag;
+  EXPECT_MT_ERROR(mt::memory::allocate(16, absent, tag), "cuda");
 }
 
 }  // namespace

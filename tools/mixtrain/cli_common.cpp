@@ -13,6 +13,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <string_view>
 
@@ -394,6 +395,88 @@ std::string human_bytes(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
   return buf;
+}
+
+std::string text_table(const std::vector<std::vector<std::string>>& cells) {
+  std::vector<size_t> width(cells[0].size(), 0);
+  for (const auto& row : cells)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string out;
+  for (size_t r = 0; r < cells.size(); ++r) {
+    for (size_t c = 0; c < cells[r].size(); ++c) {
+      const std::string& v = cells[r][c];
+      const std::string pad(width[c] - v.size(), ' ');
+      out += c == 0 ? v + pad : "  " + pad + v;  // first column left-aligned, numbers right-aligned
+    }
+    out += '\n';
+    if (r == 0) {
+      size_t total = 0;
+      for (size_t w : width) total += w + 2;
+      out += std::string(total - 2, '-') + '\n';
+    }
+  }
+  return out;
+}
+
+std::string markdown_table(const std::vector<std::vector<std::string>>& cells) {
+  std::string out;
+  for (size_t r = 0; r < cells.size(); ++r) {
+    out += "|";
+    for (const std::string& v : cells[r]) out += " " + v + " |";
+    out += '\n';
+    if (r == 0) {
+      out += "|---|";
+      for (size_t c = 1; c < cells[r].size(); ++c) out += "---:|";
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+// The breakdown's rows, in the order a step allocates them; the categories show their share of the
+// peak, the peak and the cache (which is not in it) do not.
+std::vector<std::vector<std::string>> breakdown_cells(const std::vector<std::pair<std::string, memory::Breakdown>>& runs) {
+  using memory::Category;
+  struct Line {
+    const char* label;
+    std::function<int64_t(const memory::Breakdown&)> bytes;
+    bool share = true;
+  };
+  const auto of = [](Category c) { return [c](const memory::Breakdown& b) { return b[c]; }; };
+  const std::vector<Line> lines = {
+      {"parameters", of(Category::kParameters)},
+      {"master weights", of(Category::kMasterWeights)},
+      {"gradients", of(Category::kGradients)},
+      {"optimizer state", of(Category::kOptimizerState)},
+      {"saved activations", of(Category::kActivations)},
+      {"gradients in flight", of(Category::kActivationGradients)},
+      {"running op's temporaries", [](const memory::Breakdown& b) { return b.op_temporary_bytes; }},
+      {"other (batch, buffers)", of(Category::kOther)},
+      {"peak tensor bytes", [](const memory::Breakdown& b) { return b.total_bytes; }, false},
+      {"allocator cache (not in the peak)", [](const memory::Breakdown& b) { return b.cached_bytes; }, false},
+  };
+  std::vector<std::vector<std::string>> cells = {{"at the peak"}};
+  for (const auto& [name, b] : runs) cells[0].push_back(name);
+  for (const Line& line : lines) {
+    cells.push_back({line.label});
+    for (const auto& [name, b] : runs) {
+      const int64_t n = line.bytes(b);
+      std::string cell = human_bytes(static_cast<double>(n));
+      if (line.share && b.total_bytes > 0) {
+        char share[32];
+        std::snprintf(share, sizeof share, " (%.0f%%)", 100.0 * static_cast<double>(n) / static_cast<double>(b.total_bytes));
+        cell += share;
+      }
+      cells.back().push_back(cell);
+    }
+  }
+  cells.push_back({"running then"});
+  for (const auto& [name, b] : runs) {
+    std::string where = b.op.empty() ? "no op" : b.op;
+    if (!b.module.empty()) where += " in " + b.module;
+    cells.back().push_back(where + ", " + std::string(memory::phase_name(b.phase)));
+  }
+  return cells;
 }
 
 }  // namespace mixtrain::cli

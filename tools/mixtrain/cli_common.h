@@ -4,6 +4,7 @@
 
 #include <mixtrain/cpu.h>
 #include <mixtrain/data/dataset.h>
+#include <mixtrain/memory.h>
 #include "models.h"
 #include <mixtrain/train/trainer.h>
 
@@ -12,6 +13,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mixtrain::cli {
@@ -113,6 +115,16 @@ std::string random_text(int64_t n, uint64_t seed);
 
 // "1.23 MiB"
 std::string human_bytes(double bytes);
+
+// Tables from rows of cells, the first row the header: aligned text (first column left, the others
+// right) and markdown.
+std::string text_table(const std::vector<std::vector<std::string>>& cells);
+std::string markdown_table(const std::vector<std::vector<std::string>>& cells);
+
+// The memory breakdown at the training peak (TrainSummary::peak_breakdown) of named runs, one column
+// each: bytes and share of the peak by category, the allocator's cache, and the op, module and
+// phase running then.
+std::vector<std::vector<std::string>> breakdown_cells(const std::vector<std::pair<std::string, memory::Breakdown>>& runs);
 
 // A CLI11 check that refuses an empty value (--out '' would otherwise mean the default directory).
 CLI::Validator non_empty();

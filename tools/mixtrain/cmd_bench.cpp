@@ -22,6 +22,7 @@ struct BenchArgs {
   RunArgs run;
   int64_t warmup = 5;
   bool json = false;
+  bool memory = false;       // --memory: the breakdown at the peak
   double max_batch_gib = 0;  // --max-batch GIB (0: time steps at --batch-size)
 };
 
@@ -50,7 +51,12 @@ CLI::App* add_bench_flags(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--embed", args.run.embed,
                   "gpt only: embedding width C, a multiple of the 4 heads (default 256), for scaling studies")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 16));
-  cmd->add_flag("--json", args.json, "Print one JSON object instead of text");
+  cmd->add_flag("--json", args.json, "Print one JSON object instead of text (with the memory breakdown as peak_breakdown)");
+  cmd->add_flag("--memory", args.memory,
+                "Also print what the bytes at the training peak were for: parameters, master weights, gradients, "
+                "optimizer state, saved activations, gradients in flight, the running op's temporaries, the rest, "
+                "and the allocator's cache; with the op, module and phase (forward, backward, optimizer step) "
+                "running then");
   cmd->add_option("--max-batch", args.max_batch_gib,
                   "Instead of timing: find the largest batch whose training peak (tensor bytes, as peak_bytes) "
                   "stays within GIB gibibytes, measuring two real steps (one warm-up, one timed) per candidate "
@@ -254,6 +260,7 @@ int run_bench(const BenchArgs& b) {
                               {"checkpoint_activations", a.checkpoint_activations},
                               {"fused_lm_head", s.fused_lm_head},
                               {"find_nonfinite_origin", a.trainer.find_nonfinite_origin},
+                              {"peak_breakdown", nlohmann::json::parse(s.to_json(-1))["peak_breakdown"]},
                               {"model_state_bytes", s.model_state_bytes},
                               {"model_state_bytes_per_param", s.model_state_bytes_per_param},
                               {"allocations_per_step", allocations_per_step},
@@ -284,6 +291,10 @@ int run_bench(const BenchArgs& b) {
                                             : "");
   std::printf("  allocations  %.1f per step (%.2f from the system allocator)\n", allocations_per_step,
               system_allocations_per_step);
+  if (b.memory) {
+    std::istringstream table(text_table(breakdown_cells({{a.precision, s.peak_breakdown}})));
+    for (std::string line; std::getline(table, line);) std::printf("  %s\n", line.c_str());
+  }
   if (!device.is_cpu())
     std::printf("  host waits   %.1f per step (%.1f copies to the host, %.1f from it, %.1f kernel results, %.1f "
                 "synchronisations)\n",

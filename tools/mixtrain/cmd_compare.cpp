@@ -109,42 +109,6 @@ std::vector<std::vector<std::string>> eval_cells(const std::vector<Row>& rows) {
   return cells;
 }
 
-std::string text_table(const std::vector<std::vector<std::string>>& cells) {
-  std::vector<size_t> width(cells[0].size(), 0);
-  for (const auto& row : cells)
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  std::string out;
-  for (size_t r = 0; r < cells.size(); ++r) {
-    for (size_t c = 0; c < cells[r].size(); ++c) {
-      const std::string& v = cells[r][c];
-      const std::string pad(width[c] - v.size(), ' ');
-      out += c == 0 ? v + pad : "  " + pad + v;  // first column left-aligned, numbers right-aligned
-    }
-    out += '\n';
-    if (r == 0) {
-      size_t total = 0;
-      for (size_t w : width) total += w + 2;
-      out += std::string(total - 2, '-') + '\n';
-    }
-  }
-  return out;
-}
-
-std::string markdown_table(const std::vector<std::vector<std::string>>& cells) {
-  std::string out;
-  for (size_t r = 0; r < cells.size(); ++r) {
-    out += "|";
-    for (const std::string& v : cells[r]) out += " " + v + " |";
-    out += '\n';
-    if (r == 0) {
-      out += "|---|";
-      for (size_t c = 1; c < cells[r].size(); ++c) out += "---:|";
-      out += '\n';
-    }
-  }
-  return out;
-}
-
 // The trailing moving average of `v` over `window` values at each index (summed afresh, not as a
 // running sum: one NaN loss must not poison every later point).
 std::vector<double> moving_average(const std::vector<double>& v, size_t n, size_t window) {
@@ -315,8 +279,12 @@ int run_compare(const CompareArgs& in) {
 
   const auto cells = table_cells(rows);
   const auto evals = eval_cells(rows);
+  std::vector<std::pair<std::string, memory::Breakdown>> peaks;
+  for (const Row& r : rows) peaks.emplace_back(r.precision, r.s.peak_breakdown);
+  const auto memory_cells = breakdown_cells(peaks);
   if (!evals.empty()) std::printf("\n%s", text_table(evals).c_str());
   std::printf("\n%s", text_table(cells).c_str());
+  std::printf("\n%s", text_table(memory_cells).c_str());
   const fs::path dir(a.out);
   const bool plotted = plot_comparison(dir, rows, curves);
 
@@ -331,6 +299,7 @@ int run_compare(const CompareArgs& in) {
      << markdown_table(cells) << "\n"
      << "Step time is the median over the steps after warm-up; peak memory counts every tensor byte of training "
         "(weights, gradients, optimizer state, activations), not the dataset.\n\n";
+  md << "What the bytes at each run's peak were for, and what was running then:\n\n" << markdown_table(memory_cells) << "\n";
   if (!evals.empty()) md << "Validation during training:\n\n" << markdown_table(evals) << "\n";
   if (plotted)
     md << "![training loss, its difference to fp32, test accuracy against fp32 per epoch, step time and peak "

@@ -113,11 +113,11 @@ class Module {
 
   // The computation. The default throws: a module without forward is a pure container.
   virtual Tensor forward(const Tensor& input);
-  // forward(), inside this module's scope while op observers are registered (autograd.h): what
-  // the numerics monitor and the non-finite origin finder name ops by. Containers call children
+  // forward(), inside this module's scope while module_scopes_enabled() (autograd.h): what
+  // the numerics monitor, the non-finite origin finder and the memory breakdown name ops by. Containers call children
   // this way; a module calling a child's forward() directly leaves the child's ops in its own scope.
   Tensor operator()(const Tensor& input) {
-    if (!autograd::has_op_observers() || scope_name_.empty()) return forward(input);
+    if (!autograd::module_scopes_enabled() || scope_name_.empty()) return forward(input);
     autograd::ScopeGuard scope(&scope_name_);
     return forward(input);
   }

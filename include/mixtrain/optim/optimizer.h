@@ -213,6 +213,11 @@ class Optimizer {
   // Parameters, gradients (counted whether or not allocated now: each is the size of its parameter),
   // masters and optimizer state. Optimizer state is created by the first step: call this after one.
   ModelStateBytes model_state_bytes() const;
+  // Labels the memory of the parameters, their gradients, the masters (with a Kahan compensation,
+  // as model_state_bytes() counts it) and the optimizer state with their categories in the memory
+  // breakdown (mixtrain/memory.h). The Trainer calls it before training and after every step, when
+  // state may be new.
+  void label_memory() const;
   // Re-reads every fp32 master from its 16-bit parameter (after the parameters were changed outside
   // the optimizer, e.g. weights loaded after construction). A packed master's lower half becomes 0.
   virtual void sync_masters_from_params();

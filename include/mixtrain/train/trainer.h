@@ -95,11 +95,13 @@
 #include "mixtrain/dist/zero.h"
 #include "mixtrain/io/file.h"
 #include "mixtrain/io/safetensors.h"
+#include "mixtrain/memory.h"
 #include "mixtrain/nn/lm_head.h"
 #include "mixtrain/nn/module.h"
 #include "mixtrain/nn/nonfinite_origin.h"
 #include "mixtrain/nn/numerics_monitor.h"
 #include "mixtrain/optim/optimizer.h"
+#include "mixtrain/memory.h"
 #include "mixtrain/tensor.h"
 #include "mixtrain/train/precision.h"
 
@@ -343,6 +345,9 @@ struct TrainSummary {
   double samples_per_sec = 0;    // global_batch_size / step_ms_median: every process together
   std::optional<double> gflops;  // flops_per_sample * samples_per_sec / 1e9
   int64_t peak_bytes = 0;        // peak tensor bytes of training (weights, grads, optimizer state, activations)
+  // What the bytes at that peak were for (mixtrain/memory.h), and the op and module running then:
+  // its total_bytes is peak_bytes (kOther without what was held before training: datasets, ...).
+  memory::Breakdown peak_breakdown;
   int64_t skipped_steps = 0;     // steps skipped (GradScaler, or on_nonfinite = skip), over the whole run
   double final_scale = 1;        // loss scale after the last step (1 without a scaler)
   int threads = 0;               // get_num_threads()

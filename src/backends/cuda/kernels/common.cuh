@@ -128,8 +128,9 @@ __device__ __forceinline__ C minus_infinity() {
 // block may be reused by later work on the same stream without a synchronisation.
 class DeviceScratch {
  public:
-  DeviceScratch(Device device, size_t nbytes) : device_(device), nbytes_(nbytes), ptr_(memory::allocate(nbytes, device)) {}
-  ~DeviceScratch() { memory::deallocate(ptr_, nbytes_, device_); }
+  DeviceScratch(Device device, size_t nbytes)
+      : device_(device), nbytes_(nbytes), ptr_(memory::allocate(nbytes, device, tag_)) {}
+  ~DeviceScratch() { memory::deallocate(ptr_, nbytes_, device_, tag_); }
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
   template <typename T>
@@ -138,6 +139,7 @@ class DeviceScratch {
  private:
   Device device_;
   size_t nbytes_;
+  memory::Tag tag_;  // before ptr_: allocate() fills it
   void* ptr_;
 };
 

@@ -397,9 +397,9 @@ Choice choose(DeviceState& st, const Descriptors& d, Direction dir, const Proble
 class Workspace {
  public:
   Workspace(Device device, size_t nbytes)
-      : device_(device), nbytes_(nbytes), ptr_(nbytes > 0 ? memory::allocate(nbytes, device) : nullptr) {}
+      : device_(device), nbytes_(nbytes), ptr_(nbytes > 0 ? memory::allocate(nbytes, device, tag_) : nullptr) {}
   ~Workspace() {
-    if (ptr_ != nullptr) memory::deallocate(ptr_, nbytes_, device_);
+    if (ptr_ != nullptr) memory::deallocate(ptr_, nbytes_, device_, tag_);
   }
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
@@ -409,6 +409,7 @@ class Workspace {
  private:
   Device device_;
   size_t nbytes_;
+  memory::Tag tag_;  // before ptr_: allocate() fills it
   void* ptr_;
 };
 
