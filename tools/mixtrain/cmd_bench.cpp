@@ -158,6 +158,10 @@ int run_max_batch(const BenchArgs& b, const ModelInfo& info, Device device) {
   auto probe = [&](int64_t batch) {
     probe_args.run.trainer.batch_size = batch;
     const int64_t bytes = measure(probe_args, info, device).summary.peak_bytes;
+    // The candidate's tensors are free now but cached in blocks of its sizes, which the next
+    // candidate's sizes mostly miss: handed back, so that the process holds one candidate at a time
+    // (kept, the cache of a batch near the budget plus the next candidate outgrew a 24 GiB machine).
+    memory::empty_cache(device);
     peak[batch] = bytes;
     probes.push_back({{"batch_size", batch}, {"peak_bytes", bytes}, {"fits", bytes <= budget}});
     if (!b.json) {
