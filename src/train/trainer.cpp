@@ -212,10 +212,10 @@ Tensor Trainer::forward_loss(const data::Batch& batch, Device device) {
   {
     // Forward and loss only: backward must run outside the region, in the dtypes the forward chose.
     const std::optional<DType> dtype = autocast_dtype(options_.precision.precision);
-    const memory::CategoryScope activations(memory::Category::kActivations);
     amp::Autocast autocast(device.type, dtype, dtype.has_value());
     amp::Fp8Autocast fp8(fp8_region());
-    const Tensor input = batch.input.to(device), target = batch.target.to(device);
+    const Tensor input = batch.input.to(device), target = batch.target.to(device);  // the batch: "other"
+    const memory::CategoryScope activations(memory::Category::kActivations);
     // The loss runs outside the model's modules: its ops (and the fused head's) are named "loss".
     static const std::string loss_scope = "loss";
     if (nn::LinearHeadLanguageModel* lm = fused_head_model()) {
