@@ -5,15 +5,14 @@ budget, mixtrain against PyTorch + transformers, per precision. Prints a markdow
     /tmp/venv/bin/python bench/gpt2/max_batch.py [--budget-gib 16] [--precisions fp32,bf16]
         [--sides mixtrain,pytorch] [--threads 2] [--build build] [--json runs/max-batch.json]
 
-mixtrain: `mixtrain bench --max-batch GIB` (the peak of tracked tensor bytes of two real steps, a
-fitting batch and the next one measured over the budget), then one run at the batch it found, whose
-process's maximum resident set is reported too (code, oneDNN, the allocator's cache and the data
-on top of the tensors).
-PyTorch: PyTorch exposes no tensor-byte peak on the CPU, so its criterion is the process's maximum
-resident set (ru_maxrss of a fresh process per candidate running bench/pytorch_bench.py: one warm-up
-step, which creates AdamW's state, and one timed step). Batch 1 and 2 first, then the batch the line
-through the two largest measured batches predicts, then one up or down until a batch within the
-budget and the next one over it have both been measured. A budget counts as 2^30 bytes per GiB.
+Both sides by the same criterion, the process's maximum resident set (PyTorch exposes no tensor-byte
+peak on the CPU): ru_maxrss of a fresh process per candidate, `mixtrain bench --model gpt2` or
+bench/pytorch_bench.py --model gpt2, one warm-up step (which creates AdamW's state) and one timed
+step. Batch 1 and 2 first, then the batch the line through the two largest measured batches
+predicts, then inside the bracket until a batch within the budget and the next one over it have both
+been measured. A budget counts as 2^30 bytes per GiB. `--sides mixtrain-tensors` adds mixtrain's own
+answer by tracked tensor bytes (`mixtrain bench --max-batch GIB`), which leaves out code, oneDNN's
+caches, the allocator's cache and the data.
 """
 import argparse
 import json
@@ -43,13 +42,21 @@ def pytorch_cmd(a, precision, batch):
             "--threads", str(a.threads)]
 
 
-def pytorch_max_batch(a, precision, budget):
+def mixtrain_cmd(a, precision, batch):
+    return [os.path.join(a.build, "tools/mixtrain/mixtrain"), "bench", "--model", "gpt2", "--context", str(a.context),
+            "--precision", precision, "--batch-size", str(batch), "--steps", "1", "--warmup", "1", "--threads",
+            str(a.threads), "--json"]
+
+
+def rss_max_batch(a, side, command, precision, budget):
+    """The largest batch whose process (`command(a, precision, batch)`) stays within `budget` bytes of
+    maximum resident set, and every candidate's."""
     rss = {}  # batch -> max RSS bytes (None: the run failed, e.g. killed out of memory)
 
     def probe(batch):
-        result, peak = run(pytorch_cmd(a, precision, batch))
+        result, peak = run(command(a, precision, batch))
         rss[batch] = peak if result is not None else None
-        print(f"  PyTorch {precision} batch {batch}: max RSS {peak / 2**30:.2f} GiB"
+        print(f"  {side} {precision} batch {batch}: max RSS {peak / 2**30:.2f} GiB"
               f"{'' if result is not None else ' (failed)'}", file=sys.stderr, flush=True)
         return rss[batch] is not None and rss[batch] <= budget
 
@@ -70,22 +77,19 @@ def pytorch_max_batch(a, precision, budget):
         guess = good + 1 if slope <= 0 else int(b1 + (budget - rss[b1]) / slope)
         guess = max(good + 1, guess if bad is None else min(guess, bad - 1))
         probe(guess)
-    raise SystemExit(f"max_batch: no answer for PyTorch {precision} after 14 candidates: {rss}")
+    raise SystemExit(f"max_batch: no answer for {side} {precision} after 14 candidates: {rss}")
 
 
 def mixtrain_max_batch(a, precision, budget_gib):
+    """`mixtrain bench --max-batch`: the largest batch by tracked tensor bytes."""
     cli = os.path.join(a.build, "tools/mixtrain/mixtrain")
     found, _ = run([cli, "bench", "--model", "gpt2", "--context", str(a.context), "--precision", precision,
                     "--max-batch", str(budget_gib), "--threads", str(a.threads), "--json"])
     if found is None:
         raise SystemExit(f"max_batch: mixtrain bench --max-batch failed for {precision}")
-    batch = found["max_batch_size"]
-    at, rss = run([cli, "bench", "--model", "gpt2", "--context", str(a.context), "--precision", precision,
-                   "--batch-size", str(batch), "--steps", "1", "--warmup", "1", "--threads", str(a.threads), "--json"])
-    print(f"  mixtrain {precision}: batch {batch}, peak {found['peak_bytes'] / 2**30:.2f} GiB, "
-          f"max RSS {rss / 2**30:.2f} GiB", file=sys.stderr, flush=True)
-    return {"max_batch_size": batch, "peak_bytes": found["peak_bytes"], "next_peak_bytes": found["next_peak_bytes"],
-            "max_rss_bytes": rss, "probes": found["probes"], "cpu": at["cpu"] if at else None}
+    print(f"  mixtrain {precision}: batch {found['max_batch_size']} by tensor bytes, peak "
+          f"{found['peak_bytes'] / 2**30:.2f} GiB", file=sys.stderr, flush=True)
+    return found
 
 
 def main():
@@ -93,7 +97,8 @@ def main():
     ap.add_argument("--budget-gib", type=float, default=16)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--precisions", default="fp32,bf16")
-    ap.add_argument("--sides", default="mixtrain,pytorch")
+    ap.add_argument("--sides", default="mixtrain,pytorch",
+                    help="from mixtrain and pytorch (by resident set) and mixtrain-tensors (bench --max-batch)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--json")
@@ -103,19 +108,18 @@ def main():
     results = {}
     for p in a.precisions.split(","):
         r = results.setdefault(p, {})
-        if "mixtrain" in sides:
-            r["mixtrain"] = mixtrain_max_batch(a, p, a.budget_gib)
-        if "pytorch" in sides:
-            batch, rss = pytorch_max_batch(a, p, budget)
-            r["pytorch"] = {"max_batch_size": batch, "max_rss_bytes": {str(k): v for k, v in sorted(rss.items())}}
+        if "mixtrain-tensors" in sides:
+            r["mixtrain_tensor_bytes"] = mixtrain_max_batch(a, p, a.budget_gib)
+        for side, command in (("mixtrain", mixtrain_cmd), ("pytorch", pytorch_cmd)):
+            if side in sides:
+                batch, rss = rss_max_batch(a, side, command, p, budget)
+                r[side] = {"max_batch_size": batch, "max_rss_bytes": {str(k): v for k, v in sorted(rss.items())}}
     print(f"Largest batch of {a.context} tokens within {a.budget_gib:g} GiB, GPT-2 small, AdamW, {a.threads} threads:\n")
-    print("| precision | mixtrain (tensor peak <= budget) | its max RSS | PyTorch (max RSS <= budget) |")
+    print("| precision | mixtrain (max RSS <= budget) | PyTorch (max RSS <= budget) | mixtrain (tensor peak <= budget) |")
     print("|---|---:|---:|---:|")
     for p, r in results.items():
-        m, t = r.get("mixtrain"), r.get("pytorch")
-        cells = [p, str(m["max_batch_size"]) if m else "-", f"{m['max_rss_bytes'] / 2**30:.2f} GiB" if m else "-",
-                 str(t["max_batch_size"]) if t else "-"]
-        print("| " + " | ".join(cells) + " |")
+        cell = lambda key: str(r[key]["max_batch_size"]) if key in r else "-"
+        print(f"| {p} | {cell('mixtrain')} | {cell('pytorch')} | {cell('mixtrain_tensor_bytes')} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"budget_gib": a.budget_gib, "context": a.context, "threads": a.threads, "results": results}, f,
