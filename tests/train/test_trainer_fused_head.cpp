@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mixtrain/mixtrain.h"
+#include "support/random_tokens.h"
 #include "support/tolerances.h"
 
 namespace mt = mixtrain;
@@ -21,15 +22,7 @@ namespace {
 constexpr int64_t kVocab = 1000, kContext = 16;
 
 const mt::data::TokenFileDataset& tokens() {
-  static const mt::data::TokenFileDataset ds = [] {
-    std::vector<uint16_t> t(4000);
-    uint32_t s = 7;
-    for (auto& v : t) {
-      s = s * 1664525u + 1013904223u;
-      v = static_cast<uint16_t>((s >> 8) % kVocab);
-    }
-    return mt::data::TokenFileDataset::from_tokens(std::move(t), kContext, kVocab);
-  }();
+  static const mt::data::TokenFileDataset ds = mt::testing::random_tokens(4000, kContext, kVocab, 7);
   return ds;
 }
 
