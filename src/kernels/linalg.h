@@ -45,6 +45,18 @@ inline void matmul_fp32_route(const Tensor& a, const Tensor& b, const Tensor& bi
 using MatmulAccumulateFn = void(const Tensor& a, const Tensor& b, const Tensor& out);
 MT_KERNEL_TABLE(DispatchTable<MatmulAccumulateFn>, matmul_accumulate_table, "matmul accumulate");
 
+// out[..., n, m] (fp32) = a[..., n, k] @ b[..., k, m] (+ bias[m]), or += the product (accumulate,
+// no bias): a and b share a 16-bit dtype (bf16 or fp16), bias (optional, contiguous, [m]) has it
+// too or is fp32, out is fp32 and contiguous; shapes and strides as for MatmulFn. Products of the
+// 16-bit values accumulated in fp32 and stored unrounded: the numerics of the fp32 route on widened
+// operands, without the widened copies, at the speed of the native 16-bit kernels where the backend
+// has them. What the fused head (linear_cross_entropy) uses where uses_fp32_route(device, dtype) is
+// false. Optional: where a backend lacks it, the caller widens the operands and runs the fp32
+// products. Keyed by a's dtype.
+using MatmulWideningFn = void(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out,
+                              bool accumulate);
+MT_KERNEL_TABLE(DispatchTable<MatmulWideningFn>, matmul_widening_table, "matmul (16-bit in, fp32 out)");
+
 // out[j] = sum_i x[i, j] for a 2-D x of any strides; out is 1-D and contiguous, of x's dtype or --
 // for an fp32 x -- bf16 or fp16 (the fp32 sum rounded once). The bias gradient of linear.
 // Accumulation fp32 (fp64 for fp64) in the blocked row order: the rows are cut into blocks of

@@ -88,6 +88,93 @@ void round_through_in_place(const Tensor& t, DType precision) {
   }
 }
 
+// The three products of a block of rows: logits = x W^T + b, dx = dlogits W and dW += dlogits^T x,
+// all accumulated in fp32 into fp32 outputs. Where the device's 16-bit products are native
+// (uses_fp32_route false and a widening product registered), the operands stay 16-bit and dlogits
+// is rounded into a 16-bit copy: no fp32 copy of the [V, C] weight, and the 16-bit kernels' speed
+// (the fp32 products cost the fused head 1.8x on a CPU with native bf16). Elsewhere the operands
+// are widened once, exactly, and the fp32 products run: the products of 16-bit values accumulated
+// in fp32, as the 16-bit kernels compute them. The same numbers either way, up to the order of the
+// fp32 sums.
+class BlockProducts {
+ public:
+  // x [N, C], w [V, C], b [V] or undefined, as autocast left them; op_dt: fp32 or fp64.
+  BlockProducts(const Tensor& x, const Tensor& w, const Tensor& b, DType op_dt)
+      : dt_(x.dtype()), op_dt_(op_dt), device_(x.device()) {
+    native_ = (dt_ == kBFloat16 || dt_ == kFloat16) && w.dtype() == dt_ && !kernels::uses_fp32_route(device_, dt_) &&
+              kernels::matmul_widening_table.has(device_.type, dt_);
+    if (native_) {
+      widening_ = kernels::matmul_widening_table(device_, dt_);
+      x_ = x.contiguous();
+      w_ = w;
+      b_ = b.defined() ? b.contiguous() : Tensor();
+      return;
+    }
+    x_ = widened(x, op_dt).contiguous();
+    w_ = widened(w, op_dt);
+    b_ = b.defined() ? widened(b, op_dt).contiguous() : Tensor();
+    product_ = kernels::matmul_kernel()(device_, op_dt);
+    if (kernels::matmul_accumulate_table.has(device_.type, op_dt))
+      accumulate_ = kernels::matmul_accumulate_table(device_, op_dt);
+  }
+
+  void logits(int64_t r0, int64_t rows, const Tensor& out) const {
+    const Tensor xb = x_.narrow(0, r0, rows);
+    if (native_) {
+      widening_(xb, w_.t(), b_, out, false);
+    } else {
+      product_(xb, w_.t(), b_, out);
+    }
+  }
+
+  // dlogits (op_dt) rounded through dt where dt is 16-bit; returns the operand of the gradient
+  // products: a 16-bit copy (native), else dlogits itself. keep_rounded: dlogits itself must hold
+  // the rounded values afterwards (the bias gradient sums it).
+  const Tensor& round_dlogits(const Tensor& dlogits, DType dt, bool keep_rounded) {
+    if (dt != kBFloat16 && dt != kFloat16) return dlogits;
+    if (!native_ || keep_rounded) round_through_in_place(dlogits, dt);
+    if (!native_) return dlogits;
+    if (!dlogits16_.defined() || dlogits16_.shape() != dlogits.shape())
+      dlogits16_ = empty(dlogits.shape(), {.dtype = dt, .device = device_});
+    kernels::copy(dlogits16_, dlogits);  // rounds to nearest even, as round_through
+    return dlogits16_;
+  }
+
+  void grad_x(const Tensor& dlogits, const Tensor& out) const {
+    if (native_) {
+      widening_(dlogits, w_, Tensor(), out, false);
+    } else {
+      product_(dlogits, w_, Tensor(), out);
+    }
+  }
+
+  // dw (= or +=) dlogits^T x of rows [r0, r0 + rows).
+  void grad_w(const Tensor& dlogits, int64_t r0, int64_t rows, const Tensor& dw, bool accumulate) {
+    const Tensor xb = x_.narrow(0, r0, rows);
+    if (native_) {
+      widening_(dlogits.t(), xb, Tensor(), dw, accumulate);
+    } else if (!accumulate) {
+      product_(dlogits.t(), xb, Tensor(), dw);
+    } else if (accumulate_ != nullptr) {
+      accumulate_(dlogits.t(), xb, dw);
+    } else {  // a backend without the accumulating product: a [V, C] temporary
+      if (!dw_block_.defined()) dw_block_ = empty(dw.shape(), {.dtype = op_dt_, .device = device_});
+      product_(dlogits.t(), xb, Tensor(), dw_block_);
+      Tensor(dw).add_(dw_block_);
+    }
+  }
+
+ private:
+  DType dt_, op_dt_;
+  Device device_;
+  bool native_ = false;
+  Tensor x_, w_, b_;  // the operands: 16-bit (native) or op_dt
+  kernels::MatmulFn* product_ = nullptr;
+  kernels::MatmulAccumulateFn* accumulate_ = nullptr;
+  kernels::MatmulWideningFn* widening_ = nullptr;
+  Tensor dlogits16_, dw_block_;  // reused across blocks
+};
+
 }  // namespace
 
 int64_t linear_cross_entropy_block_rows(int64_t vocab_size) {
@@ -130,15 +217,7 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& w_in, const Tensor
   const double prescale = dlogits_prescale(dt);
   {
     NoGradGuard no_grad;
-    // Operands in op_dt, exactly: the products of 16-bit values accumulated in fp32, as the 16-bit
-    // kernels compute them.
-    const Tensor xo = widened(x.detach().reshape({N, C}), op_dt).contiguous();
-    const Tensor wo = widened(w.detach(), op_dt);
-    const Tensor bo = b.defined() ? widened(b.detach(), op_dt).contiguous() : Tensor();
-    const auto& product = *kernels::matmul_kernel()(device, op_dt);
-    kernels::MatmulAccumulateFn* const accumulate = kernels::matmul_accumulate_table.has(device.type, op_dt)
-                                                        ? kernels::matmul_accumulate_table(device, op_dt)
-                                                        : nullptr;
+    BlockProducts products(x.detach().reshape({N, C}), w.detach(), b.defined() ? b.detach() : Tensor(), op_dt);
     const kernels::ClassLossParams p{.log_probs = false,
                                      .ignore_index = options.ignore_index,
                                      .label_smoothing = options.label_smoothing,
@@ -148,11 +227,11 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& w_in, const Tensor
     const Tensor gy = full(Shape{}, prescale, {.dtype = op_dt, .device = device});
     if (need_grad) {
       if (need_x) dx = empty({N, C}, {.dtype = op_dt, .device = device});
-      if (need_w) dw = zeros({V, C}, {.dtype = op_dt, .device = device});
+      if (need_w) dw = zeros({V, C}, {.dtype = op_dt, .device = device});  // no rows: no gradient
       if (need_b) db = zeros({V}, {.dtype = op_dt, .device = device});
     }
     const int64_t block = options.block_rows > 0 ? options.block_rows : linear_cross_entropy_block_rows(V);
-    Tensor logits, dlogits, lse, dw_block, db_block;  // per-block buffers, reused
+    Tensor logits, dlogits, lse, db_block;  // per-block buffers, reused
     for (int64_t r0 = 0; r0 < N; r0 += block) {
       const int64_t rows = std::min(block, N - r0);
       if (!logits.defined() || logits.size(0) != rows) {
@@ -160,25 +239,16 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& w_in, const Tensor
         lse = empty({rows, 2}, {.dtype = op_dt, .device = device});
         if (need_grad) dlogits = empty({rows, V}, {.dtype = op_dt, .device = device});
       }
-      const Tensor xb = xo.narrow(0, r0, rows);
       const Tensor tb = t.narrow(0, r0, rows);
-      product(xb, wo.t(), bo, logits);
+      products.logits(r0, rows, logits);
       kernels::class_loss_fwd(device, op_dt)(logits, tb, losses.narrow(0, r0, rows), lse, p, valid_rows);
       if (!need_grad) continue;
       kernels::class_loss_bwd(device, op_dt)(logits, tb, lse, gy, dlogits, grad_p, valid_rows);
-      if (dt == kBFloat16 || dt == kFloat16) round_through_in_place(dlogits, dt);
-      if (need_x) product(dlogits, wo, Tensor(), dx.narrow(0, r0, rows));
-      if (need_w) {
-        if (r0 == 0) {
-          product(dlogits.t(), xb, Tensor(), dw);
-        } else if (accumulate != nullptr) {
-          (*accumulate)(dlogits.t(), xb, dw);
-        } else {  // a backend without the accumulating product: a [V, C] temporary
-          if (!dw_block.defined()) dw_block = empty({V, C}, {.dtype = op_dt, .device = device});
-          product(dlogits.t(), xb, Tensor(), dw_block);
-          dw.add_(dw_block);
-        }
-      }
+      // dlogits as the 16-bit products read them: rounded through x's dtype (the bias gradient sums
+      // the rounded values, as the unfused path's does).
+      const Tensor& dlogits_in = products.round_dlogits(dlogits, dt, need_b);
+      if (need_x) products.grad_x(dlogits_in, dx.narrow(0, r0, rows));
+      if (need_w) products.grad_w(dlogits_in, r0, rows, dw, /*accumulate=*/r0 > 0);
       if (need_b) {
         if (!db_block.defined()) db_block = empty({V}, {.dtype = op_dt, .device = device});
         kernels::sum_rows(dlogits, db_block);

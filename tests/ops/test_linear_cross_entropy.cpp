@@ -1,8 +1,9 @@
 // linear_cross_entropy (src/ops/nn_linear_cross_entropy.cpp): the fused head and loss against the
 // unfused cross_entropy(linear(x, w, b), y) in fp64 and fp32 (loss and every gradient, several
 // blocks with a short last one, ignored rows, label smoothing, both reductions), fp64 finite
-// differences, autocast (logits kept in fp32, fp16 gradients neither flushed nor overflowed), its
-// memory (no [N, V] tensor), the accumulating product it sums the weight gradient with, and errors.
+// differences, autocast on every 16-bit product path (logits kept in fp32, fp16 gradients neither
+// flushed nor overflowed), its memory (no [N, V] tensor; no fp32 weight copy where bf16 products are
+// native), the accumulating and widening products it runs its blocks with, and errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "mixtrain/memory.h"
 #include "mixtrain/nn/functional.h"
 #include "mixtrain/ops/linalg.h"
+#include "ops/test_linalg_util.h"
 #include "ops/test_nn_helpers.h"
 #include "support/checked_device.h"
 
@@ -152,12 +154,15 @@ TEST(LinearCrossEntropy, NoGradAndAllIgnored) {
 
 // Under autocast the logits stay fp32: the loss equals the fp64 loss of the 16-bit operands within
 // fp32 rounding, where rounding the logits to bf16 (the unfused path) moves it by ~2^-9 relative.
-TEST(LinearCrossEntropy, AutocastKeepsTheLogitsInFp32) {
+// Each 16-bit product path (bf16 native, bf16 through fp32, fp16) is a GemmModeTest parameter.
+using LinearCrossEntropyModes = GemmModeTest;
+
+TEST_P(LinearCrossEntropyModes, AutocastKeepsTheLogitsInFp32) {
   const Device dev = mixtrain::testing::test_device();
   const Tensor x = randn32({64, 32}, 19), w = randn32({300, 32}, 20, 0.5);
   const Tensor y = targets(64, 300, 21, false);
-  for (DType dt : kHalfDTypes) {
-    SCOPED_TRACE(std::string(to_string(dt)));
+  {
+    const DType dt = GetParam().dtype;
     const Tensor reference = F::cross_entropy(linear(rounded(x, dt).to(kFloat64), rounded(w, dt).to(kFloat64)), y);
     Tensor fused, plain;
     {
@@ -181,7 +186,7 @@ TEST(LinearCrossEntropy, AutocastKeepsTheLogitsInFp32) {
 // pre-scale (2^14) lifts them, so only the subnormals' spacing divided by the pre-scale is lost per
 // term (checked: with the pre-scale set to 1 this test fails), and a loss gradient of 2^16 (a loss
 // scale) must not overflow.
-TEST(LinearCrossEntropy, AutocastGradientsMatchFp64OfThe16BitOperands) {
+TEST_P(LinearCrossEntropyModes, AutocastGradientsMatchFp64OfThe16BitOperands) {
   const Device dev = mixtrain::testing::test_device();
   const int64_t N = 2048, C = 8, V = 512;
   // The upper half of the classes: near-zero weights (logits ~0 against a largest logit ~25, so
@@ -190,7 +195,8 @@ TEST(LinearCrossEntropy, AutocastGradientsMatchFp64OfThe16BitOperands) {
   for (int64_t v = 0; v < V; ++v) row_scale[v] = v < V / 2 ? 1.0f : 0.01f;
   const Tensor x = randn32({N, C}, 22, 3.0), w = randn32({V, C}, 23) * from_vector(row_scale).reshape({V, 1});
   const Tensor y = targets(N, V / 2, 24, false);
-  for (DType dt : kHalfDTypes) {
+  {
+    const DType dt = GetParam().dtype;
     // fp64 reference of the rounded operands: gradients and the magnitude bounds.
     const std::vector<double> xv = rounded(x, dt).to(kFloat64).to_vector<double>();
     const std::vector<double> wv = rounded(w, dt).to(kFloat64).to_vector<double>();
@@ -292,6 +298,70 @@ TEST(LinearCrossEntropy, AccumulatingProductKernel) {
   }
 }
 
+// The widening product the blocks run where 16-bit products are native (kernels/linalg.h): 16-bit
+// a and b, fp32 out, = (with a bias) and += (a transposed, strided, as the op passes dlogits^T),
+// against the fp64 product of the same 16-bit values. The result is not rounded to 16 bits: it
+// must equal the fp64 product within fp32 GEMM accuracy (kGemmFp32, 1e-4), which a 16-bit result
+// (2^-9 relative for bf16) fails.
+TEST_P(LinearCrossEntropyModes, WideningProductKernel) {
+  const Device dev = mixtrain::testing::test_device();
+  const DType dt = GetParam().dtype;
+  // Optional per backend (the CPU and the checked device have it; NativeBf16KeepsNoFp32WeightCopy
+  // fails on the CPU without it).
+  if (!kernels::matmul_widening_table.has(dev.type, dt)) GTEST_SKIP() << "no widening product on " << dev;
+  auto& widening = *kernels::matmul_widening_table(dev, dt);
+  const Tensor a = randn32({37, 23}, 36).to(dt), b = randn32({37, 16}, 37).to(dt), bias = randn32({16}, 38).to(dt);
+  const Tensor c0 = randn32({23, 16}, 39);
+  const Tensor product = matmul(a.to(kFloat64).t(), b.to(kFloat64));
+
+  Tensor out = empty({23, 16});
+  widening(a.t(), b, bias, out, false);
+  EXPECT_CLOSE(out.to(kFloat64), product + bias.to(kFloat64), kGemmFp32);
+  Tensor sum = c0.clone();
+  widening(a.t(), b, Tensor(), sum, true);
+  EXPECT_CLOSE(sum.to(kFloat64), c0.to(kFloat64) + product, kGemmFp32);
+  // The fp32 result really is unrounded: some entry is not a 16-bit value.
+  EXPECT_NE(out.to(dt).to(kFloat32).to_vector<float>(), out.to_vector<float>());
+  // An empty inner dim: the bias alone, or nothing added.
+  Tensor only_bias = empty({23, 16});
+  widening(zeros({23, 0}, {.dtype = dt}), zeros({0, 16}, {.dtype = dt}), bias, only_bias, false);
+  EXPECT_CLOSE(only_bias, zeros({23, 16}) + bias.to(kFloat32), kFp64VsReference);
+  Tensor same = c0.clone();
+  widening(zeros({23, 0}, {.dtype = dt}), zeros({0, 16}, {.dtype = dt}), Tensor(), same, true);
+  EXPECT_CLOSE(same, c0, kFp64VsReference);
+}
+
+// Where bf16 products are native, the blocks read the bf16 weight that autocast made: the peak holds
+// no fp32 [V, C] copy besides the weight gradient. The same step on the fp32 route (which rounds the
+// fp32 weight into an fp32 copy) is over the bound: the test tells the paths apart.
+TEST(LinearCrossEntropy, NativeBf16KeepsNoFp32WeightCopy) {
+  const Device dev = mixtrain::testing::test_device();
+  // The CPU's kernels (also behind the checked device); another backend runs its own products.
+  if (dev.type != kCPU && dev.type != kChecked) GTEST_SKIP() << "the CPU's bf16 paths, not " << dev << "'s";
+  const std::string why = kernels::native_bf16_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "native bf16 path cannot run here: " << why;
+  const int64_t N = 128, C = 512, V = 4096, rows = 64;
+  const Tensor x = randn32({N, C}, 40).to(kBFloat16), w = randn32({V, C}, 41, 0.05);
+  const Tensor y = targets(N, V, 42);
+  auto peak_of = [&](kernels::Bf16Path path) {
+    const Bf16PathGuard pinned(path);
+    Tensor xl = x.clone().requires_grad_(), wl = w.clone().requires_grad_();
+    memory::reset_peak(dev);
+    const int64_t base = memory::stats(dev).current_bytes;
+    {
+      amp::Autocast ac(dev.type, kBFloat16);
+      F::linear_cross_entropy(xl, wl, Tensor(), y, {.block_rows = rows}).backward();
+    }
+    return memory::stats(dev).peak_bytes - base;
+  };
+  // dW in fp32, autocast's bf16 weight, three [rows, V] block buffers (logits, dlogits, its 16-bit
+  // copy: at most 12 bytes an element), dx and slack: 2 [N, C] fp32.
+  const int64_t bound = 4 * V * C + 2 * V * C + 12 * rows * V + 8 * N * C;
+  const int64_t native = peak_of(kernels::Bf16Path::kNative), fp32_route = peak_of(kernels::Bf16Path::kFp32);
+  EXPECT_LT(native, bound) << "fp32 route " << fp32_route;
+  EXPECT_GT(fp32_route, bound) << "native " << native;
+}
+
 // The gradients are made in the forward and consumed by the first backward.
 TEST(LinearCrossEntropy, ASecondBackwardIsRefused) {
   Tensor x = randn32({6, 4}, 33).requires_grad_(), w = randn32({5, 4}, 34).requires_grad_();
@@ -324,6 +394,8 @@ TEST(LinearCrossEntropy, Errors) {
   expect_error([&] { F::linear_cross_entropy(x, w, Tensor(), y, {.block_rows = -1}); }, {"block_rows"});
   expect_error([&] { F::linear_cross_entropy(zeros({4, 3}, {.dtype = kInt64}), w, Tensor(), y); }, {"floating"});
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, LinearCrossEntropyModes, ::testing::ValuesIn(kHalfGemmModes), gemm_mode_name);
 
 }  // namespace
 }  // namespace mixtrain::testing

@@ -53,6 +53,9 @@ void check_combination(const RunArgs& a, const DataSpec& spec, train::Precision 
   if (!a.tokenizer.empty() && model.reads() != Reads::kTokens)
     throw UsageError("--tokenizer gives the BPE tokenizer of a model of tokens (" + models_reading(Reads::kTokens) +
                      "); model " + a.model + (model.is_language_model() ? " reads bytes" : " classifies images"));
+  if (a.unfused_head && !model.is_language_model())
+    throw UsageError("--unfused-head computes a language model's logits whole before the loss; model " + a.model +
+                     " classifies images and has no fused head to turn off");
   if (a.sample_every > 0 && !model.generates())
     throw UsageError("--sample-every prints generated text; model " + a.model + " does not generate");
   if (precision == train::Precision::kFp8 && a.checkpoint_activations)

@@ -43,15 +43,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 //
 // Autocast: a lower-precision op, cast like linear. Per block: logits = x W^T + b from the
 // 16-bit (or fp32) operands, accumulated in fp32 and kept in fp32 (the unfused path rounds them to
-// 16 bits first); log-sum-exp, softmax and the loss in fp32 (cross_entropy's rule). With autograd
-// the gradient is computed in the same pass over the block, so a block's logits are made once:
+// 16 bits first); where the device's 16-bit products are native (bf16 on AMX or AMD Zen 4+ CPUs)
+// the 16-bit kernels write fp32 results directly, elsewhere the operands are widened exactly once
+// and the fp32 kernels run (the same numbers up to the order of fp32 sums); log-sum-exp, softmax
+// and the loss in fp32 (cross_entropy's rule). With autograd the gradient is computed in the same
+// pass over the block, so a block's logits are made once:
 // dlogits = softmax - target distribution in fp32, rounded through x's 16-bit dtype (the unfused
 // path's 16-bit logits gradient; pre-scaled by a power of two so that fp16 neither underflows nor
 // overflows), then dx, dW and db accumulated in fp32 over all blocks; backward multiplies them by
 // the loss's gradient (in place) and rounds each once into its input's dtype; the gradients go to
 // the weight and bias as given (fp32 parameters: rounded through the 16-bit dtype, as autocast's
-// cast would). Memory: one block's logits and their gradient ([rows, V] fp32 each), the operands'
-// fp32 copies where they are 16-bit, and, saved for backward, dx [N, C], dW [V, C] and db [V] in
+// cast would). Memory: one block's logits and their gradient ([rows, V] fp32 each; native 16-bit
+// products add a [rows, V] 16-bit copy of the gradient), the operands' fp32 copies where 16-bit
+// operands take the fp32 route, and, saved for backward, dx [N, C], dW [V, C] and db [V] in
 // fp32 (a backend without an accumulating product adds a [V, C] temporary): no [N, V] tensor. The
 // gradients are made in the forward, so one forward allows one backward. The unfused
 // cross_entropy(linear(...)) is the reference; fp32 and fp64 results equal it within rounding.

@@ -304,6 +304,26 @@ void matmul_accumulate_fp64(const Tensor& a, const Tensor& b, const Tensor& out)
   binary_kernel(BinaryOp::kAdd)(out.device(), kFloat64)(out, out, product, {1.0});
 }
 
+// 16-bit a and b, fp32 out (kernels/linalg.h's MatmulWideningFn): oneDNN's bf16 kernels write
+// their fp32 accumulators straight into out where the bf16 path is native; elsewhere (fp16, or bf16
+// on the fp32 route) the operands are widened exactly and the fp32 kernel runs. The bias is
+// widened either way (exact, [m] values).
+void matmul_widening(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, bool accumulate) {
+  MT_INTERNAL_ASSERT((a.dtype() == kBFloat16 || a.dtype() == kFloat16) && b.dtype() == a.dtype() &&
+                         out.dtype() == kFloat32 && (!bias.defined() || !accumulate),
+                     "matmul_widening: unexpected operands ", describe(a), ", ", describe(b), ", ", describe(out),
+                     accumulate ? " (accumulate)" : "");
+  if (accumulate ? out.numel() == 0 || a.size(-1) == 0 : handle_degenerate(a, bias, out)) return;
+  const Tensor bias32 = bias.defined() ? converted(bias.detach(), kFloat32) : Tensor();
+  if (a.dtype() == kBFloat16) require_bf16_path_runs("matmul");
+  if (a.dtype() == kBFloat16 && bf16_path() == Bf16Path::kNative) {
+    run_onednn(a, b, bias32, out, accumulate);
+  } else {
+    run_onednn(onednn::to_fp32_same_layout(squash_expanded(a)), onednn::to_fp32_same_layout(squash_expanded(b)),
+               bias32, out, accumulate);
+  }
+}
+
 }  // namespace
 
 void matmul_fp32_route_cpu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out);
@@ -317,6 +337,7 @@ void register_onednn_matmul(const Registry& r) {
   r.set(matmul_table, kFloat64, &matmul_fp64);
   r.set(matmul_accumulate_table, kFloat32, &matmul_accumulate_fp32);
   r.set(matmul_accumulate_table, kFloat64, &matmul_accumulate_fp64);
+  for (DType d : {kBFloat16, kFloat16}) r.set(matmul_widening_table, d, &matmul_widening);
 }
 
 void matmul_fp32_route_cpu(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
