@@ -110,6 +110,45 @@ TEST(CudaMatmul, MisalignedViewsPickAnAlgorithmThatTakesThem) {
   }
 }
 
+// ---- the fused head's products (kernels/linalg.h): 16-bit A and B with an fp32 output straight from
+// cuBLASLt's accumulators, and out += a @ b (beta 1), with a transposed (strided) a as the head passes
+// dlogits^T, against the CPU's kernels on the same operands. fp32 GEMM accuracy: a result rounded to
+// 16 bits would miss it.
+TEST(CudaMatmul, WideningAndAccumulatingProductsMatchTheCpu) {
+  MT_REQUIRE_GPU();
+  namespace k = mt::kernels;
+  mt::Generator g(21);
+  const mt::Tensor c0 = mt::randn({23, 16}, {}, &g);
+  for (mt::DType dt : {mt::kBFloat16, mt::kFloat16}) {
+    SCOPED_TRACE(mt::to_string(dt));
+    const mt::Tensor a = mt::randn({37, 23}, {}, &g).to(dt), b = mt::randn({37, 16}, {}, &g).to(dt);
+    const mt::Tensor bias = mt::randn({16}, {}, &g).to(dt);
+    mt::Tensor want = mt::empty({23, 16}), got = mt::empty({23, 16}, {.device = kGpu});
+    k::matmul_widening_table(kHost, dt)(a.t(), b, bias, want, false);
+    k::matmul_widening_table(kGpu, dt)(a.to(kGpu).t(), b.to(kGpu), bias.to(kGpu), got, false);
+    expect_close(got, want, mt::testing::cuda_gemm(mt::kFloat32), "widening with bias");
+    mt::Tensor sum_want = c0.clone(), sum_got = c0.to(kGpu);
+    k::matmul_widening_table(kHost, dt)(a.t(), b, mt::Tensor(), sum_want, true);
+    k::matmul_widening_table(kGpu, dt)(a.to(kGpu).t(), b.to(kGpu), mt::Tensor(), sum_got, true);
+    expect_close(sum_got, sum_want, mt::testing::cuda_gemm(mt::kFloat32), "widening, accumulated");
+    // An empty inner dim: the bias alone.
+    mt::Tensor only_bias = mt::empty({23, 16}, {.device = kGpu});
+    k::matmul_widening_table(kGpu, dt)(mt::zeros({23, 0}, {.dtype = dt, .device = kGpu}),
+                                       mt::zeros({0, 16}, {.dtype = dt, .device = kGpu}), bias.to(kGpu), only_bias,
+                                       false);
+    expect_close(only_bias, mt::zeros({23, 16}) + bias.to(mt::kFloat32), mt::testing::cuda_gemm(mt::kFloat32),
+                 "bias alone");
+  }
+  for (mt::DType dt : {mt::kFloat32, mt::kFloat64}) {
+    SCOPED_TRACE(mt::to_string(dt));
+    const mt::Tensor a = mt::randn({37, 23}, {}, &g).to(dt), b = mt::randn({37, 16}, {}, &g).to(dt);
+    mt::Tensor want = c0.to(dt), got = c0.to(dt).to(kGpu);
+    k::matmul_accumulate_table(kHost, dt)(a.t(), b, want);
+    k::matmul_accumulate_table(kGpu, dt)(a.to(kGpu).t(), b.to(kGpu), got);
+    expect_close(got, want, mt::testing::cuda_gemm(dt), "accumulated");
+  }
+}
+
 // ---- gather and scatter by index
 TEST(CudaIndex, EmbeddingAndIndexSelectForwardAndBackwardMatchTheCpu) {
   MT_REQUIRE_GPU();
@@ -276,6 +315,7 @@ const std::set<std::string>& covered_ops() {
       "sum", "amax", "argmax",                                                // CudaReduce
       "sum_rows", "sum_to_size",                                              // CudaSums
       "matmul", "matmul (fp32 route)", "matmul route",                        // CudaMatmul, CudaSums
+      "matmul (16-bit in, fp32 out)", "matmul accumulate",                    // CudaMatmul.Widening...
       "softmax", "softmax_backward", "layer_norm", "layer_norm_backward", "dropout", "dropout_backward",
       "max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",  // CudaNn
       "scaled_dot_product_attention", "scaled_dot_product_attention_backward",  // CudaAttention

@@ -97,8 +97,13 @@ std::string validate(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayo
     return concat("C is ", c.rows, "x", c.cols, " and D ", out.rows, "x", out.cols, ", op(A) op(B) is ", m, "x", n);
   if (a.batch != b.batch || a.batch != c.batch || a.batch != out.batch)
     return concat("batch counts differ: A ", a.batch, ", B ", b.batch, ", C ", c.batch, ", D ", out.batch);
-  if (a.type != b.type || a.type != c.type || c.type != out.type)
-    return "A, B, C and D must have one data type here (the backend's only combination)";
+  // cuBLASLt's table of type combinations, the part the backend uses: one type throughout, or 16-bit
+  // A and B (both R_16F or both R_16BF) with R_32F C and D under CUBLAS_COMPUTE_32F.
+  const bool half_in = a.type == CUDA_R_16F || a.type == CUDA_R_16BF;
+  const bool widening = half_in && c.type == CUDA_R_32F && d.compute == CUBLAS_COMPUTE_32F;
+  if (a.type != b.type || c.type != out.type || (a.type != c.type && !widening))
+    return "A and B must share a data type, and C and D theirs: all one type, or 16-bit A and B with R_32F C and D "
+           "under CUBLAS_COMPUTE_32F (the backend's combinations)";
   const bool f64 = d.compute == CUBLAS_COMPUTE_64F;
   if (f64 != (a.type == CUDA_R_64F)) return "CUBLAS_COMPUTE_64F goes with CUDA_R_64F matrices, and only with them";
   if (d.scale != (f64 ? CUDA_R_64F : CUDA_R_32F)) return "the scale type must be the compute type's (R_32F or R_64F)";

@@ -1,6 +1,8 @@
 // CUDA matmul through cuBLASLt (kernels/linalg.h's MatmulFn): fp32, fp64, and bf16/fp16 with fp32
 // accumulation, bias fused as an epilogue, transposed operands passed as layouts (no copies),
-// batches as one strided-batched call where the strides allow it.
+// batches as one strided-batched call where the strides allow it. The same call serves the
+// widening product (bf16/fp16 A and B, fp32 C and D: the fused head's products) and the
+// accumulating one (beta = 1: out += a @ b, the fused head's weight-gradient sum).
 //
 // Numerics: 16-bit inputs, fp32 compute and scale type (CUBLAS_COMPUTE_32F), split-K reductions
 // only in fp32 (the preference's reduction-scheme mask forbids reductions in the output type: the
@@ -166,12 +168,14 @@ struct Problem {
   int64_t m, n, k, batch, stride_a, stride_b, stride_c;
 };
 
-void run_lt(Device device, DType dtype, const Problem& p, const void* a_ptr, const void* b_ptr, void* c_ptr,
-            const void* bias) {
+// dtype: A's and B's; out_dtype: C's and D's (the bias's too) -- dtype itself, or fp32 for 16-bit
+// inputs. accumulate: D = A B + C (beta 1), else beta 0.
+void run_lt(Device device, DType dtype, DType out_dtype, const Problem& p, const void* a_ptr, const void* b_ptr,
+            void* c_ptr, const void* bias, bool accumulate) {
   DeviceState& st = state(device);
   DeviceGuard guard(device);
   const cudaStream_t stream = mixtrain::cuda::stream(device);
-  const cudaDataType_t type = cuda_type(dtype);
+  const cudaDataType_t type = cuda_type(dtype), out_type = cuda_type(out_dtype);
   const bool f64 = dtype == kFloat64;
   const bool tf32 = dtype == kFloat32 && mixtrain::cuda::allow_tf32();
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
@@ -195,11 +199,13 @@ void run_lt(Device device, DType dtype, const Problem& p, const void* a_ptr, con
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       check_lt(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
       check_lt(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "bias");
-      check_lt(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)),
+      check_lt(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type,
+                                              sizeof(out_type)),
                "bias type");
     }
-    auto layout = [&](cublasLtMatrixLayout_t* l, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
-      check_lt(cublasLtMatrixLayoutCreate(l, type, rows, cols, ld), "layout");
+    auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
+                      int64_t stride) {
+      check_lt(cublasLtMatrixLayoutCreate(l, t, rows, cols, ld), "layout");
       if (p.batch > 1) {
         const int32_t count = static_cast<int32_t>(p.batch);
         check_lt(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch");
@@ -207,16 +213,17 @@ void run_lt(Device device, DType dtype, const Problem& p, const void* a_ptr, con
                  "batch stride");
       }
     };
-    layout(&la, p.a.stored_rows, p.a.stored_cols, p.a.ld, p.stride_a);
-    layout(&lb, p.b.stored_rows, p.b.stored_cols, p.b.ld, p.stride_b);
-    layout(&lc, p.m, p.n, p.m, p.stride_c);
+    layout(&la, type, p.a.stored_rows, p.a.stored_cols, p.a.ld, p.stride_a);
+    layout(&lb, type, p.b.stored_rows, p.b.stored_cols, p.b.ld, p.stride_b);
+    layout(&lc, out_type, p.m, p.n, p.m, p.stride_c);
 
     // The algorithm is chosen for the operands' actual alignment (the preference below says it), and
     // cached under it: a kernel picked for 16-byte operands may fault on a view that starts
     // mid-vector, and that fault would poison the context for every later call.
     const uint32_t align_a = alignment_of(b_ptr), align_b = alignment_of(a_ptr), align_c = alignment_of(c_ptr);
     const std::array<int64_t, 16> key{p.m, p.n, p.k, p.a.op, p.b.op, p.a.ld, p.b.ld, p.batch, p.stride_a, p.stride_b,
-                                      static_cast<int64_t>(dtype), bias != nullptr, tf32, align_a, align_b,
+                                      static_cast<int64_t>(dtype) | static_cast<int64_t>(out_dtype) << 8,
+                                      bias != nullptr, tf32, align_a, align_b,
                                       int64_t{align_c} | (p.stride_c << 16)};
     cublasLtMatmulAlgo_t algo;
     bool cached = false;
@@ -257,7 +264,8 @@ void run_lt(Device device, DType dtype, const Problem& p, const void* a_ptr, con
     const float one_f = 1.0f, zero_f = 0.0f;
     const double one_d = 1.0, zero_d = 0.0;
     const void* alpha = f64 ? static_cast<const void*>(&one_d) : &one_f;
-    const void* beta = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+    const void* beta = f64 ? (accumulate ? static_cast<const void*>(&one_d) : &zero_d)
+                           : (accumulate ? static_cast<const void*>(&one_f) : &zero_f);
     check_lt(cublasLtMatmul(st.handle, op_desc, alpha, b_ptr, la, a_ptr, lb, beta, c_ptr, lc, c_ptr, lc, &algo,
                             st.workspace, kWorkspaceBytes, stream),
              "matmul");
@@ -268,13 +276,15 @@ void run_lt(Device device, DType dtype, const Problem& p, const void* a_ptr, con
   cleanup();
 }
 
-void matmul_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out) {
+// out (=, or += with accumulate) a @ b (+ bias): a and b share one dtype; out has it too, or is fp32
+// for 16-bit a and b (the bias then is fp32 as well).
+void matmul_lt(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, const Tensor& out, bool accumulate) {
   const int r = out.dim();
   const int64_t n = out.size(r - 2), m = out.size(r - 1), k = a_in.size(r - 1);
   if (out.numel() == 0) return;
   if (k == 0) {
-    fill_table(out.device(), out.dtype())(out, 0.0);
     MT_CHECK(!bias.defined(), "matmul: a bias with an empty inner dimension is not supported on cuda");
+    if (!accumulate) fill_table(out.device(), out.dtype())(out, 0.0);
     return;
   }
   Tensor a = a_in, b = b_in;
@@ -309,8 +319,35 @@ void matmul_cuda(const Tensor& a_in, const Tensor& b_in, const Tensor& bias, con
   MT_INTERNAL_ASSERT(oa.ok && ob.ok && sa >= 0 && sb >= 0, "matmul: layout");
   const int64_t batch = out.numel() / (n * m);
   Problem p{ob, oa, m, n, k, batch, sb, sa, n * m};
-  run_lt(out.device(), out.dtype(), p, a.raw_data(), b.raw_data(), out.raw_data(),
-         bias.defined() ? bias.raw_data() : nullptr);
+  run_lt(out.device(), a.dtype(), out.dtype(), p, a.raw_data(), b.raw_data(), out.raw_data(),
+         bias.defined() ? bias.raw_data() : nullptr, accumulate);
+}
+
+void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  matmul_lt(a, b, bias, out, false);
+}
+
+// kernels/linalg.h's MatmulWideningFn: 16-bit a and b, fp32 out, straight from cuBLASLt's fp32
+// accumulators (tensor cores; no widened copies). The bias is widened to fp32 (D's type).
+void matmul_widening_cuda(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, bool accumulate) {
+  MT_INTERNAL_ASSERT((a.dtype() == kBFloat16 || a.dtype() == kFloat16) && b.dtype() == a.dtype() &&
+                         out.dtype() == kFloat32 && (!bias.defined() || !accumulate),
+                     "matmul_widening: unexpected operands ", describe(a), ", ", describe(b), ", ", describe(out));
+  Tensor bias32;
+  if (bias.defined()) {
+    bias32 = Tensor::empty(bias.shape(), kFloat32, bias.device());
+    copy(bias32, bias);
+    if (a.size(-1) == 0) {  // no products: the bias alone, as the CPU's kernel gives it
+      if (out.numel() != 0) copy(out, views::expand(bias32, out.shape()));
+      return;
+    }
+  }
+  matmul_lt(a, b, bias32, out, accumulate);
+}
+
+// kernels/linalg.h's MatmulAccumulateFn: out += a @ b in one dtype (fp32 or fp64), beta = 1.
+void matmul_accumulate_cuda(const Tensor& a, const Tensor& b, const Tensor& out) {
+  matmul_lt(a, b, Tensor(), out, true);
 }
 
 // Mixed operand dtypes: 16-bit operands widened exactly to fp32, the fp32 product, one rounding.
@@ -340,6 +377,8 @@ void register_cuda_matmul(const Registry& r) {
     r.set(matmul_table, d, &matmul_cuda);
     r.set(matmul_fp32_route_table, d, &matmul_fp32_route_cuda);
   }
+  for (DType d : {kFloat16, kBFloat16}) r.set(matmul_widening_table, d, &matmul_widening_cuda);
+  for (DType d : {kFloat32, kFloat64}) r.set(matmul_accumulate_table, d, &matmul_accumulate_cuda);
   for (int d = 0; d < kNumDTypes; ++d) r.set(uses_fp32_route_table, static_cast<DType>(d), &uses_fp32_route_cuda);
 }
 
