@@ -9,8 +9,10 @@ Both sides by the same criterion, the process's maximum resident set (PyTorch ex
 peak on the CPU): ru_maxrss of a fresh process per candidate, `mixtrain bench --model gpt2` or
 bench/pytorch_bench.py --model gpt2, one warm-up step (which creates AdamW's state) and one timed
 step. Batch 1 and 2 first, then the batch the line through the two largest measured batches
-predicts, then inside the bracket until a batch within the budget and the next one over it have both
-been measured. A budget counts as 2^30 bytes per GiB. `--sides mixtrain-tensors` adds mixtrain's own
+predicts (for 3/4 of the budget until a batch above that is measured, and at most 8 times the
+largest batch measured until one over the budget is: a guess far over the budget could take the
+machine's memory), then inside the bracket until a batch within the budget and the next one over it
+have both been measured. A budget counts as 2^30 bytes per GiB. `--sides mixtrain-tensors` adds mixtrain's own
 answer by tracked tensor bytes (`mixtrain bench --max-batch GIB`), which leaves out code, oneDNN's
 caches, the allocator's cache and the data.
 """
@@ -70,11 +72,18 @@ def rss_max_batch(a, side, command, precision, budget):
         if bad is not None and bad == good + 1:
             return good, rss
         # The line through the two largest completed runs; every batch measured so far is at most
-        # `good` or at least `bad`, so the clamped guess is a new one.
+        # `good` or at least `bad`, so the clamped guess is a new one. Until a batch over the budget
+        # or one above 3/4 of it is known the line aims at 3/4 of it: a line through small batches underestimates the cost
+        # of a sequence (mixtrain bf16: 0.19 GiB between batches 1 and 2, 0.27 GiB near 16 GiB), and
+        # a guess far over the budget can take the whole machine's memory.
         measured = sorted(b for b in rss if rss[b] is not None)
         b1, b2 = measured[-2], measured[-1]
         slope = (rss[b2] - rss[b1]) / (b2 - b1)
-        guess = good + 1 if slope <= 0 else int(b1 + (budget - rss[b1]) / slope)
+        cautious = bad is None and (good == 0 or rss[good] < 0.75 * budget)
+        target = 0.75 * budget if cautious else budget
+        guess = good + 1 if slope <= 0 else int(b1 + (target - rss[b1]) / slope)
+        if bad is None:  # and at most 8 times the largest batch measured: a near-flat start misleads
+            guess = min(guess, 8 * b2)
         guess = max(good + 1, guess if bad is None else min(guess, bad - 1))
         probe(guess)
     raise SystemExit(f"max_batch: no answer for {side} {precision} after 14 candidates: {rss}")
