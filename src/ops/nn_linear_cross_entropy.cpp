@@ -103,16 +103,15 @@ class BlockProducts {
       : dt_(x.dtype()), op_dt_(op_dt), device_(x.device()) {
     native_ = (dt_ == kBFloat16 || dt_ == kFloat16) && w.dtype() == dt_ && !kernels::uses_fp32_route(device_, dt_) &&
               kernels::matmul_widening_table.has(device_.type, dt_);
+    b_ = b.defined() ? widened(b, op_dt).contiguous() : Tensor();  // [V]: widened once, whatever the path
     if (native_) {
       widening_ = kernels::matmul_widening_table(device_, dt_);
       x_ = x.contiguous();
       w_ = w;
-      b_ = b.defined() ? b.contiguous() : Tensor();
       return;
     }
     x_ = widened(x, op_dt).contiguous();
     w_ = widened(w, op_dt);
-    b_ = b.defined() ? widened(b, op_dt).contiguous() : Tensor();
     product_ = kernels::matmul_kernel()(device_, op_dt);
     if (kernels::matmul_accumulate_table.has(device_.type, op_dt))
       accumulate_ = kernels::matmul_accumulate_table(device_, op_dt);
@@ -168,7 +167,7 @@ class BlockProducts {
   DType dt_, op_dt_;
   Device device_;
   bool native_ = false;
-  Tensor x_, w_, b_;  // the operands: 16-bit (native) or op_dt
+  Tensor x_, w_, b_;  // x and w: 16-bit (native) or op_dt; b: op_dt
   kernels::MatmulFn* product_ = nullptr;
   kernels::MatmulAccumulateFn* accumulate_ = nullptr;
   kernels::MatmulWideningFn* widening_ = nullptr;

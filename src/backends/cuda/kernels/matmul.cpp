@@ -327,20 +327,19 @@ void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
   matmul_lt(a, b, bias, out, false);
 }
 
+// t exactly in fp32 (t itself when it is fp32 or undefined).
+Tensor widened_fp32(const Tensor& t) { return t.defined() ? converted(t, kFloat32) : t; }
+
 // kernels/linalg.h's MatmulWideningFn: 16-bit a and b, fp32 out, straight from cuBLASLt's fp32
 // accumulators (tensor cores; no widened copies). The bias is widened to fp32 (D's type).
 void matmul_widening_cuda(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out, bool accumulate) {
   MT_INTERNAL_ASSERT((a.dtype() == kBFloat16 || a.dtype() == kFloat16) && b.dtype() == a.dtype() &&
                          out.dtype() == kFloat32 && (!bias.defined() || !accumulate),
                      "matmul_widening: unexpected operands ", describe(a), ", ", describe(b), ", ", describe(out));
-  Tensor bias32;
-  if (bias.defined()) {
-    bias32 = Tensor::empty(bias.shape(), kFloat32, bias.device());
-    copy(bias32, bias);
-    if (a.size(-1) == 0) {  // no products: the bias alone, as the CPU's kernel gives it
-      if (out.numel() != 0) copy(out, views::expand(bias32, out.shape()));
-      return;
-    }
+  const Tensor bias32 = widened_fp32(bias);
+  if (bias.defined() && a.size(-1) == 0) {  // no products: the bias alone, as the CPU's kernel gives it
+    if (out.numel() != 0) copy(out, views::expand(bias32, out.shape()));
+    return;
   }
   matmul_lt(a, b, bias32, out, accumulate);
 }
@@ -352,12 +351,7 @@ void matmul_accumulate_cuda(const Tensor& a, const Tensor& b, const Tensor& out)
 
 // Mixed operand dtypes: 16-bit operands widened exactly to fp32, the fp32 product, one rounding.
 void matmul_fp32_route_cuda(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
-  auto widen = [](const Tensor& t) {
-    if (!t.defined() || t.dtype() == kFloat32) return t;
-    Tensor w = Tensor::empty(t.shape(), kFloat32, t.device());
-    copy(w, t);
-    return w;
-  };
+  const auto widen = widened_fp32;
   if (out.dtype() == kFloat32) {
     matmul_cuda(widen(a), widen(b), widen(bias), out);
     return;
